@@ -1,0 +1,179 @@
+/*
+ * main.c - unshardfs: parse the command line, read SOURCE, build the views
+ * and the tree, then mount and serve until unmounted.
+ *
+ * Everything that can refuse the checkpoint happens before the mount, so a
+ * refusal leaves nothing mounted and exits 2 with one line on stderr.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "inspect.h"
+#include "ops.h"
+#include "opts.h"
+#include "source/source.h"
+#include "us_config.h"
+
+#define EXIT_USAGE 1
+#define EXIT_REFUSED 2
+
+struct mount_state {
+	struct us_statedict *sd;
+	int srcfd;
+	struct us_view *views[4];
+	size_t nviews;
+	struct us_pt_list pt;
+	struct us_tree tree;
+};
+
+static int refuse(const struct us_err *err)
+{
+	fprintf(stderr, "unshardfs: %s\n", err->msg);
+	return err->status == US_E_USAGE ? EXIT_USAGE : EXIT_REFUSED;
+}
+
+static void mount_state_free(struct mount_state *m)
+{
+	us_tree_free(&m->tree);
+	us_pt_free(&m->pt);
+	for (size_t i = 0; i < m->nviews; i++)
+		us_view_free(m->views[i]);
+	if (m->srcfd >= 0)
+		close(m->srcfd);
+	us_sd_free(m->sd);
+}
+
+/* Read SOURCE and build everything the mount serves.  0 or an exit status. */
+static int prepare(const struct us_opts *o, struct mount_state *m)
+{
+	struct us_source_opts so = { .format = o->format };
+	struct us_err err = {0};
+	struct stat root;
+
+	memset(m, 0, sizeof(*m));
+	m->srcfd = -1;
+	if (us_source_open(o->source, &so, &m->sd, &m->srcfd, &err) != US_OK)
+		return refuse(&err);
+	if (o->inspect)
+		return 0;
+	if (us_view_safetensors_new(m->sd, &m->views[m->nviews++], &err) != US_OK)
+		return refuse(&err);
+	if (m->srcfd >= 0 && us_pt_scan(m->srcfd, m->sd, &m->pt, &err) != US_OK)
+		return refuse(&err);
+	if (stat(o->source, &root) < 0 ||
+	    us_tree_build(&m->tree, m->views, m->nviews, &m->pt, m->srcfd,
+			  &root) < 0) {
+		us_err_set(&err, US_E_NOMEM, ".", "cannot build the tree: %s",
+			   strerror(errno ? errno : ENOMEM));
+		return refuse(&err);
+	}
+	return 0;
+}
+
+static int check_mountpoint(const char *mnt)
+{
+	struct stat st;
+
+	if (stat(mnt, &st) < 0) {
+		fprintf(stderr, "unshardfs: %s: mountpoint: %s\n", mnt,
+			strerror(errno));
+		return EXIT_USAGE;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "unshardfs: %s: mountpoint is not a directory\n",
+			mnt);
+		return EXIT_USAGE;
+	}
+	return 0;
+}
+
+/* fsname shows in mount(8) and df; libfuse splits options on commas. */
+static void add_mount_opts(struct fuse_args *args, const struct us_opts *o)
+{
+	char opt[4096];
+	const char *src = o->source;
+
+	if (strpbrk(src, ", \t\n\\") || strlen(src) > 3000)
+		src = "unshardfs";
+	snprintf(opt, sizeof(opt), "ro,default_permissions,subtype=unshardfs,"
+		 "fsname=%s", src);
+	fuse_opt_add_arg(args, "-o");
+	fuse_opt_add_arg(args, opt);
+	for (size_t i = 0; i < o->nfuse_opts; i++) {
+		fuse_opt_add_arg(args, "-o");
+		fuse_opt_add_arg(args, o->fuse_opts[i]);
+	}
+	if (o->debug)
+		fuse_opt_add_arg(args, "-d");
+}
+
+static int serve(const struct us_opts *o, struct mount_state *m)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_loop_config *cfg = NULL;
+	struct fuse_session *se;
+	int rc = EXIT_USAGE;
+
+	fuse_opt_add_arg(&args, "unshardfs");
+	add_mount_opts(&args, o);
+	se = fuse_session_new(&args, &us_fuse_ops, sizeof(us_fuse_ops), &m->tree);
+	if (!se)
+		goto out_args;
+	if (fuse_set_signal_handlers(se) != 0)
+		goto out_session;
+	if (fuse_session_mount(se, o->mountpoint) != 0) {
+		fprintf(stderr, "unshardfs: %s: cannot mount (busy, or no "
+			"permission to use /dev/fuse?)\n", o->mountpoint);
+		goto out_signals;
+	}
+	fuse_daemonize(o->foreground);
+	cfg = fuse_loop_cfg_create();
+	if (!cfg)
+		goto out_unmount;
+	fuse_loop_cfg_set_clone_fd(cfg, 0);
+	fuse_loop_cfg_set_idle_threads(cfg, 16);
+	rc = fuse_session_loop_mt(se, cfg) == 0 ? 0 : EXIT_REFUSED;
+	fuse_loop_cfg_destroy(cfg);
+out_unmount:
+	fuse_session_unmount(se);
+out_signals:
+	fuse_remove_signal_handlers(se);
+out_session:
+	fuse_session_destroy(se);
+out_args:
+	fuse_opt_free_args(&args);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct mount_state m;
+	struct us_opts o;
+	int rc;
+
+	if (us_opts_parse(&o, argc, argv) < 0)
+		return EXIT_USAGE;
+	if (o.help) {
+		us_opts_usage(stdout);
+		return 0;
+	}
+	if (o.version) {
+		printf("unshardfs %s (libfuse %s, cuda executor %s)\n", US_VERSION,
+		       fuse_pkgversion(), US_HAVE_CUDA ? "built" : "not built");
+		return 0;
+	}
+	if (!o.inspect && (rc = check_mountpoint(o.mountpoint)) != 0)
+		return rc;
+	rc = prepare(&o, &m);
+	if (rc == 0 && o.inspect)
+		rc = us_inspect_print(m.sd, o.json, stdout) < 0 ? EXIT_REFUSED : 0;
+	else if (rc == 0)
+		rc = serve(&o, &m);
+	mount_state_free(&m);
+	return rc;
+}

@@ -1,0 +1,416 @@
+/*
+ * ops.c - one small handler per FUSE operation (passthrough_ll.c style):
+ * every path ends in exactly one fuse_reply_*.  The filesystem is read-only:
+ * every mutating operation answers EROFS.
+ */
+#include "ops.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "assemble/assemble.h"
+#include "io.h"
+
+static struct us_tree *tree_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static void us_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	/* Loaders read large tensors; let the kernel batch and overlap. */
+	if (conn->capable & FUSE_CAP_ASYNC_READ)
+		conn->want |= FUSE_CAP_ASYNC_READ;
+	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
+	conn->max_background = 64;
+	conn->congestion_threshold = 48;
+}
+
+static void fill_entry(struct us_tree *t, struct us_node *n,
+		       struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = us_tree_ino(t, n);
+	e->attr = n->st;
+	e->attr_timeout = US_TIMEOUT;
+	e->entry_timeout = US_TIMEOUT;
+}
+
+static void us_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct us_tree *t = tree_of(req);
+	struct us_node *d = us_tree_get(t, parent), *n;
+	struct fuse_entry_param e;
+
+	if (!d || d->kind != US_NODE_DIR) {
+		fuse_reply_err(req, d ? ENOTDIR : ENOENT);
+		return;
+	}
+	n = us_tree_child(t, d, name);
+	if (!n) {
+		/* A negative entry the kernel may cache: the tree never changes. */
+		memset(&e, 0, sizeof(e));
+		e.entry_timeout = US_TIMEOUT;
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	fill_entry(t, n, &e);
+	atomic_fetch_add(&n->nlookup, 1);
+	fuse_reply_entry(req, &e);
+}
+
+static void forget_one(struct us_tree *t, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct us_node *n = us_tree_get(t, ino);
+
+	if (n)
+		atomic_fetch_sub(&n->nlookup, nlookup);
+}
+
+static void us_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	forget_one(tree_of(req), ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void us_forget_multi(fuse_req_t req, size_t count,
+			    struct fuse_forget_data *forgets)
+{
+	for (size_t i = 0; i < count; i++)
+		forget_one(tree_of(req), forgets[i].ino, forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void us_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct us_node *n = us_tree_get(tree_of(req), ino);
+
+	(void)fi;
+	if (!n)
+		fuse_reply_err(req, ENOENT);
+	else
+		fuse_reply_attr(req, &n->st, US_TIMEOUT);
+}
+
+/* Open a passthrough file and make sure it is still the file seen at mount. */
+static int open_passthrough(struct us_tree *t, const struct us_node *n)
+{
+	struct stat st;
+	int fd = openat(t->srcfd, n->relpath, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || st.st_dev != n->src_st.st_dev ||
+	    st.st_ino != n->src_st.st_ino || st.st_size != n->src_st.st_size ||
+	    st.st_mtim.tv_sec != n->src_st.st_mtim.tv_sec ||
+	    st.st_mtim.tv_nsec != n->src_st.st_mtim.tv_nsec) {
+		close(fd);
+		return -EIO;
+	}
+	return fd;
+}
+
+static void us_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct us_tree *t = tree_of(req);
+	struct us_node *n = us_tree_get(t, ino);
+	int fd;
+
+	if (!n) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (n->kind == US_NODE_DIR) {
+		fuse_reply_err(req, EISDIR);
+		return;
+	}
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	fi->fh = 0;
+	if (n->kind == US_NODE_PASSTHROUGH) {
+		fd = open_passthrough(t, n);
+		if (fd < 0) {
+			fuse_reply_err(req, -fd);
+			return;
+		}
+		fi->fh = (uint64_t)fd;
+	}
+	/* The bytes never change: keep the page cache across opens.  Never
+	 * direct_io, which would break shared mmap. */
+	fi->keep_cache = 1;
+	fuse_reply_open(req, fi);
+}
+
+/* One reply buffer per thread, grown to the largest request seen. */
+static _Thread_local char *tbuf;
+static _Thread_local size_t tbuf_cap;
+
+static char *thread_buf(size_t size)
+{
+	if (size > tbuf_cap) {
+		char *p = realloc(tbuf, size);
+
+		if (!p)
+			return NULL;
+		tbuf = p;
+		tbuf_cap = size;
+	}
+	return tbuf;
+}
+
+static void us_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct us_node *n = us_tree_get(tree_of(req), ino);
+	uint64_t fsize = n ? (uint64_t)n->st.st_size : 0;
+	long long got;
+	char *buf;
+
+	if (!n || n->kind == US_NODE_DIR || off < 0) {
+		fuse_reply_err(req, n ? EISDIR : ENOENT);
+		return;
+	}
+	if ((uint64_t)off >= fsize) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	if (size > fsize - (uint64_t)off)
+		size = (size_t)(fsize - (uint64_t)off);
+	buf = thread_buf(size);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (n->kind == US_NODE_VIEW) {
+		got = us_view_read(n->view, buf, size, (uint64_t)off);
+	} else {
+		int rc = us_pread_full((int)fi->fh, buf, size, (uint64_t)off);
+		got = rc < 0 ? rc : (long long)size;
+	}
+	if (got < 0)
+		fuse_reply_err(req, (int)-got);
+	else
+		fuse_reply_buf(req, buf, (size_t)got);
+}
+
+static void us_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct us_node *n = us_tree_get(tree_of(req), ino);
+
+	if (n && n->kind == US_NODE_PASSTHROUGH && fi->fh)
+		close((int)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+static void us_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct us_node *n = us_tree_get(tree_of(req), ino);
+
+	if (!n)
+		fuse_reply_err(req, ENOENT);
+	else if (n->kind != US_NODE_DIR)
+		fuse_reply_err(req, ENOTDIR);
+	else {
+		fi->cache_readdir = 1;
+		fi->keep_cache = 1;
+		fuse_reply_open(req, fi);
+	}
+}
+
+/*
+ * Directory offsets: 0 is the start, entry i (0 ".", 1 "..", then children)
+ * is followed by offset i + 1.  readdirplus counts a lookup for every entry
+ * it returns except "." and "..", as the kernel expects.
+ */
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       bool plus)
+{
+	struct us_tree *t = tree_of(req);
+	struct us_node *d = us_tree_get(t, ino);
+	char *buf = thread_buf(size);
+	size_t pos = 0;
+
+	if (!d || d->kind != US_NODE_DIR || !buf) {
+		fuse_reply_err(req, !d ? ENOENT : !buf ? ENOMEM : ENOTDIR);
+		return;
+	}
+	for (size_t i = (size_t)off; i < d->nchildren + 2; i++) {
+		struct us_node *n = i == 0 ? d : i == 1 ? us_tree_get(t, d->parent)
+			: &t->nodes[d->children[i - 2] - 1];
+		const char *name = i == 0 ? "." : i == 1 ? ".." : n->name;
+		struct fuse_entry_param e;
+		size_t need;
+
+		fill_entry(t, n, &e);
+		if (plus)
+			need = fuse_add_direntry_plus(req, buf + pos, size - pos,
+						      name, &e, (off_t)i + 1);
+		else
+			need = fuse_add_direntry(req, buf + pos, size - pos,
+						 name, &e.attr, (off_t)i + 1);
+		if (need > size - pos)
+			break;
+		if (plus && i >= 2)
+			atomic_fetch_add(&n->nlookup, 1);
+		pos += need;
+	}
+	fuse_reply_buf(req, buf, pos);
+}
+
+static void us_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	(void)fi;
+	do_readdir(req, ino, size, off, false);
+}
+
+static void us_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+			   off_t off, struct fuse_file_info *fi)
+{
+	(void)fi;
+	do_readdir(req, ino, size, off, true);
+}
+
+static void us_releasedir(fuse_req_t req, fuse_ino_t ino,
+			  struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)fi;
+	fuse_reply_err(req, 0);
+}
+
+static void us_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct us_tree *t = tree_of(req);
+	struct statvfs s;
+
+	(void)ino;
+	memset(&s, 0, sizeof(s));
+	s.f_bsize = 4096;
+	s.f_frsize = 4096;
+	s.f_blocks = (t->total_bytes + 4095) / 4096;
+	s.f_files = t->n;
+	s.f_namemax = 255;
+	s.f_flag = ST_RDONLY;
+	fuse_reply_statfs(req, &s);
+}
+
+/* ---- everything that would change the tree: EROFS ---------------------- */
+
+static void us_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+		       int to_set, struct fuse_file_info *fi)
+{
+	(void)ino; (void)attr; (void)to_set; (void)fi;
+	fuse_reply_err(req, EROFS);
+}
+
+static void us_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode, dev_t rdev)
+{
+	(void)parent; (void)name; (void)mode; (void)rdev;
+	fuse_reply_err(req, EROFS);
+}
+
+static void us_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode)
+{
+	(void)parent; (void)name; (void)mode;
+	fuse_reply_err(req, EROFS);
+}
+
+static void us_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	(void)parent; (void)name;
+	fuse_reply_err(req, EROFS);
+}
+
+static void us_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+		       const char *name)
+{
+	(void)link; (void)parent; (void)name;
+	fuse_reply_err(req, EROFS);
+}
+
+static void us_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      fuse_ino_t newparent, const char *newname,
+		      unsigned int flags)
+{
+	(void)parent; (void)name; (void)newparent; (void)newname; (void)flags;
+	fuse_reply_err(req, EROFS);
+}
+
+static void us_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+		    const char *newname)
+{
+	(void)ino; (void)newparent; (void)newname;
+	fuse_reply_err(req, EROFS);
+}
+
+static void us_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
+		     size_t size, off_t off, struct fuse_file_info *fi)
+{
+	(void)ino; (void)buf; (void)size; (void)off; (void)fi;
+	fuse_reply_err(req, EROFS);
+}
+
+static void us_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      mode_t mode, struct fuse_file_info *fi)
+{
+	(void)parent; (void)name; (void)mode; (void)fi;
+	fuse_reply_err(req, EROFS);
+}
+
+static void us_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			const char *value, size_t size, int flags)
+{
+	(void)ino; (void)name; (void)value; (void)size; (void)flags;
+	fuse_reply_err(req, EROFS);
+}
+
+static void us_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	(void)ino; (void)name;
+	fuse_reply_err(req, EROFS);
+}
+
+static void us_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
+			 off_t offset, off_t length, struct fuse_file_info *fi)
+{
+	(void)ino; (void)mode; (void)offset; (void)length; (void)fi;
+	fuse_reply_err(req, EROFS);
+}
+
+const struct fuse_lowlevel_ops us_fuse_ops = {
+	.init = us_init,
+	.lookup = us_lookup,
+	.forget = us_forget,
+	.forget_multi = us_forget_multi,
+	.getattr = us_getattr,
+	.open = us_open,
+	.read = us_read,
+	.release = us_release,
+	.opendir = us_opendir,
+	.readdir = us_readdir,
+	.readdirplus = us_readdirplus,
+	.releasedir = us_releasedir,
+	.statfs = us_statfs,
+	.setattr = us_setattr,
+	.mknod = us_mknod,
+	.mkdir = us_mkdir,
+	.unlink = us_unlink,
+	.rmdir = us_unlink,
+	.symlink = us_symlink,
+	.rename = us_rename,
+	.link = us_link,
+	.write = us_write,
+	.create = us_create,
+	.setxattr = us_setxattr,
+	.removexattr = us_removexattr,
+	.fallocate = us_fallocate,
+};

@@ -1,0 +1,25 @@
+/*
+ * assemble.h - tensor bytes on demand: what views call to fill a reply.
+ */
+#ifndef US_ASSEMBLE_H
+#define US_ASSEMBLE_H
+
+#include <stdint.h>
+
+#include "../model.h"
+
+/*
+ * us_tensor_read - fill @buf with bytes [@off, @off + @len) of @t in
+ * row-major order (the caller keeps the range inside t->nbytes).
+ * Contiguous source runs are read straight into @buf.  Returns 0, or a
+ * negative errno: -EIO when a source file fails or no longer is the file
+ * recorded at mount (design.md: old and new bytes are never mixed).
+ */
+int us_tensor_read(const struct us_statedict *sd, const struct us_tensor *t,
+		   void *buf, uint64_t len, uint64_t off);
+
+/* us_file_check - 0 while @f still has the identity seen at mount, else -EIO
+ * (or the fstat errno). */
+int us_file_check(const struct us_file *f);
+
+#endif /* US_ASSEMBLE_H */

@@ -1,0 +1,147 @@
+/* plan.c - byte range -> copy operations, for any chunk grid and strides. */
+#include "plan.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <string.h>
+
+/* Which chunk holds element @idx.  @hint (the last hit) is tried first:
+ * consecutive runs usually come from the same chunk. */
+static const struct us_chunk *find_chunk(const struct us_tensor *t,
+					 const uint64_t *idx, uint32_t *hint)
+{
+	for (uint32_t n = 0; n < t->nchunks; n++) {
+		uint32_t i = (*hint + n) % t->nchunks;
+		const struct us_chunk *c = &t->chunks[i];
+		uint32_t k;
+
+		for (k = 0; k < t->ndim; k++)
+			if (idx[k] < c->offsets[k] ||
+			    idx[k] - c->offsets[k] >= c->sizes[k])
+				break;
+		if (k == t->ndim) {
+			*hint = i;
+			return c;
+		}
+	}
+	return NULL;
+}
+
+/* Source element stride of dim @k of chunk @c. */
+static uint64_t src_stride(const struct us_tensor *t, const struct us_chunk *c,
+			   uint32_t k)
+{
+	uint64_t s = 1;
+
+	if (c->src.strides)
+		return (uint64_t)c->src.strides[k];
+	for (uint32_t j = k + 1; j < t->ndim; j++)
+		s *= c->sizes[j];
+	return s;
+}
+
+/*
+ * From element @idx (inside chunk @c), how many elements follow that are
+ * consecutive both in the tensor's row-major order and in the source?
+ * Walk dims from the last: dim k can be crossed while the run stays
+ * contiguous only if the chunk spans the tensor's whole extent in every dim
+ * after k and the source strides are row-major over those dims.
+ */
+static uint64_t run_length(const struct us_tensor *t, const struct us_chunk *c,
+			   const uint64_t *idx)
+{
+	uint64_t inner = 1, pos = 0, expect = 1;
+	uint32_t k = t->ndim;
+
+	while (k-- > 0) {
+		uint64_t rem = c->offsets[k] + c->sizes[k] - idx[k];
+
+		if (c->sizes[k] > 1 && src_stride(t, c, k) != expect)
+			return inner - pos;
+		if (k == 0 || c->sizes[k] != t->shape[k])
+			return rem * inner - pos;
+		pos += idx[k] * inner;
+		expect *= c->sizes[k];
+		inner *= t->shape[k];
+	}
+	return 1;
+}
+
+static uint64_t src_offset(const struct us_tensor *t, const struct us_chunk *c,
+			   const uint64_t *idx, uint64_t isz)
+{
+	uint64_t el = 0;
+
+	for (uint32_t k = 0; k < t->ndim; k++)
+		el += (idx[k] - c->offsets[k]) * src_stride(t, c, k);
+	return c->src.offset + el * isz;
+}
+
+static void unravel(const struct us_tensor *t, uint64_t p, uint64_t *idx)
+{
+	for (uint32_t k = t->ndim; k-- > 0;) {
+		idx[k] = p % t->shape[k];
+		p /= t->shape[k];
+	}
+}
+
+/* A whole contiguous single-chunk tensor (safetensors, most .bin): one op. */
+static int plan_whole(const struct us_tensor *t, uint64_t off, uint64_t len,
+		      us_plan_emit_fn emit, void *ctx)
+{
+	struct us_copy_op op = {
+		.src = &t->chunks[0].src,
+		.src_off = t->chunks[0].src.offset + off,
+		.dst_off = 0,
+		.len = len,
+	};
+
+	return emit(ctx, &op);
+}
+
+static bool is_whole_contiguous(const struct us_tensor *t)
+{
+	if (t->nchunks != 1 || t->chunks[0].src.strides)
+		return t->nchunks == 1 && t->ndim == 0;
+	return true; /* one chunk tiles the tensor, so it is the whole tensor */
+}
+
+int us_plan_range(const struct us_tensor *t, uint64_t off, uint64_t len,
+		  us_plan_emit_fn emit, void *ctx)
+{
+	uint64_t idx[US_MAX_NDIM], isz, p, end;
+	uint32_t hint = 0;
+
+	assert(off <= t->nbytes && len <= t->nbytes - off);
+	if (len == 0)
+		return 0;
+	if (is_whole_contiguous(t))
+		return plan_whole(t, off, len, emit, ctx);
+	isz = us_dtype_bits(t->dtype) / 8;
+	assert(isz > 0); /* sub-byte tensors are always whole (model.c) */
+	end = off + len;
+	for (p = off / isz; p * isz < end;) {
+		const struct us_chunk *c;
+		struct us_copy_op op;
+		uint64_t run, b0, b1;
+		int rc;
+
+		unravel(t, p, idx);
+		c = find_chunk(t, idx, &hint);
+		assert(c);
+		if (!c)
+			return -EIO;
+		run = run_length(t, c, idx);
+		b0 = p * isz > off ? p * isz : off;
+		b1 = (p + run) * isz < end ? (p + run) * isz : end;
+		op.src = &c->src;
+		op.src_off = src_offset(t, c, idx, isz) + (b0 - p * isz);
+		op.dst_off = b0 - off;
+		op.len = b1 - b0;
+		rc = emit(ctx, &op);
+		if (rc)
+			return rc;
+		p += run;
+	}
+	return 0;
+}

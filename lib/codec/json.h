@@ -1,0 +1,31 @@
+/*
+ * json.h - cJSON with the checks a hostile header needs.
+ *
+ * cJSON stores numbers as doubles.  Sizes and offsets must be exact, so a
+ * number is accepted as an integer only when it is integral and at most 2^53
+ * (where doubles are exact); larger values cannot occur in a real checkpoint
+ * (8 PiB) and are refused rather than rounded.
+ */
+#ifndef US_JSON_H
+#define US_JSON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+/*
+ * us_json_parse - parse @len bytes of @text (not NUL-terminated).  Only JSON
+ * whitespace may follow the value; duplicate keys in any object are refused.
+ * Returns NULL on any failure and points *@why at a short reason.
+ */
+cJSON *us_json_parse(const char *text, size_t len, const char **why);
+
+/* us_json_u64 - the exact non-negative integer value of @item. */
+bool us_json_u64(const cJSON *item, uint64_t *out);
+
+/* us_utf8_valid - true when @len bytes at @s are well-formed UTF-8. */
+bool us_utf8_valid(const unsigned char *s, size_t len);
+
+#endif /* US_JSON_H */

@@ -1,0 +1,28 @@
+/* io.c - pread loops. */
+#include "io.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+int us_pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+	char *p = buf;
+
+	if (off > (uint64_t)INT64_MAX || len > (uint64_t)INT64_MAX - off)
+		return -EINVAL;
+	while (len > 0) {
+		ssize_t n = pread(fd, p, len, (off_t)off);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -EIO; /* the file is shorter than recorded */
+		p += n;
+		off += (uint64_t)n;
+		len -= (size_t)n;
+	}
+	return 0;
+}

@@ -1,0 +1,390 @@
+/* model.c - building and checking the state dict. */
+#include "model.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct us_statedict *us_sd_new(void)
+{
+	struct us_statedict *sd = calloc(1, sizeof(*sd));
+
+	if (sd)
+		us_arena_init(&sd->arena);
+	return sd;
+}
+
+void us_sd_free(struct us_statedict *sd)
+{
+	if (!sd)
+		return;
+	for (size_t i = 0; i < sd->nfiles; i++)
+		if (sd->files[i].fd >= 0)
+			close(sd->files[i].fd);
+	free(sd->files);
+	free(sd->tensors);
+	free(sd->consumed);
+	us_arena_free(&sd->arena);
+	free(sd);
+}
+
+/* Grow a malloc'ed array to hold at least @n + 1 elements. */
+static bool grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+	size_t ncap;
+	void *p;
+
+	if (n < *cap)
+		return true;
+	ncap = *cap ? *cap * 2 : 16;
+	if (ncap > SIZE_MAX / elem)
+		return false;
+	p = realloc(*arr, ncap * elem);
+	if (!p)
+		return false;
+	*arr = p;
+	*cap = ncap;
+	return true;
+}
+
+bool us_sd_is_consumed(const struct us_statedict *sd, const char *relpath)
+{
+	for (size_t i = 0; i < sd->nconsumed; i++)
+		if (strcmp(sd->consumed[i], relpath) == 0)
+			return true;
+	return false;
+}
+
+enum us_status us_sd_consume(struct us_statedict *sd, const char *relpath)
+{
+	char *copy;
+
+	if (us_sd_is_consumed(sd, relpath))
+		return US_OK;
+	if (!grow((void **)&sd->consumed, &sd->consumed_cap, sd->nconsumed,
+		  sizeof(*sd->consumed)))
+		return US_E_NOMEM;
+	copy = us_arena_strdup(&sd->arena, relpath);
+	if (!copy)
+		return US_E_NOMEM;
+	sd->consumed[sd->nconsumed++] = copy;
+	return US_OK;
+}
+
+enum us_status us_sd_open_file(struct us_statedict *sd, int dirfd,
+			       const char *relpath, uint32_t *idx,
+			       struct us_err *err)
+{
+	struct us_file *f;
+	struct stat st;
+	int fd;
+
+	for (size_t i = 0; i < sd->nfiles; i++) {
+		if (strcmp(sd->files[i].relpath, relpath) == 0) {
+			*idx = (uint32_t)i;
+			return US_OK;
+		}
+	}
+	if (sd->nfiles >= UINT32_MAX ||
+	    !grow((void **)&sd->files, &sd->files_cap, sd->nfiles, sizeof(*f)))
+		return us_err_set(err, US_E_NOMEM, relpath, "out of memory");
+	fd = openat(dirfd, relpath, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return us_err_set(err, US_E_IO, relpath, "cannot open: %s",
+				  strerror(errno));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return us_err_set(err, US_E_FORMAT, relpath,
+				  "not a regular file");
+	}
+	f = &sd->files[sd->nfiles];
+	f->relpath = us_arena_strdup(&sd->arena, relpath);
+	if (!f->relpath || us_sd_consume(sd, relpath) != US_OK) {
+		close(fd);
+		return us_err_set(err, US_E_NOMEM, relpath, "out of memory");
+	}
+	f->fd = fd;
+	f->dev = st.st_dev;
+	f->ino = st.st_ino;
+	f->size = st.st_size;
+	f->mtime = st.st_mtim;
+	*idx = (uint32_t)sd->nfiles++;
+	return US_OK;
+}
+
+bool us_numel(uint32_t ndim, const uint64_t *shape, uint64_t *out)
+{
+	uint64_t n = 1;
+
+	for (uint32_t k = 0; k < ndim; k++)
+		if (__builtin_mul_overflow(n, shape[k], &n))
+			return false;
+	*out = n;
+	return true;
+}
+
+bool us_nbytes(enum us_dtype dt, uint64_t numel, uint64_t *out)
+{
+	uint64_t bits;
+
+	if (__builtin_mul_overflow(numel, (uint64_t)us_dtype_bits(dt), &bits))
+		return false;
+	if (bits % 8)
+		return false;
+	*out = bits / 8;
+	return true;
+}
+
+struct us_tensor *us_sd_add_tensor(struct us_statedict *sd, const char *name,
+				   enum us_dtype dtype, uint32_t ndim,
+				   const uint64_t *shape, uint32_t nchunks,
+				   const char *errpath, struct us_err *err)
+{
+	struct us_arena *a = &sd->arena;
+	struct us_tensor *t;
+	uint64_t *shp;
+
+	if (ndim > US_MAX_NDIM) {
+		us_err_set(err, US_E_UNSUPPORTED, errpath,
+			   "tensor '%s' has %u dimensions (at most %d)", name,
+			   ndim, US_MAX_NDIM);
+		return NULL;
+	}
+	assert(!sd->finalized);
+	if (!grow((void **)&sd->tensors, &sd->tensors_cap, sd->ntensors,
+		  sizeof(*t)))
+		goto nomem;
+	t = &sd->tensors[sd->ntensors];
+	memset(t, 0, sizeof(*t));
+	if (!us_numel(ndim, shape, &t->numel) ||
+	    !us_nbytes(dtype, t->numel, &t->nbytes)) {
+		us_err_set(err, US_E_FORMAT, errpath,
+			   "tensor '%s': shape and dtype %s overflow or do not "
+			   "fill whole bytes", name, us_dtype_name(dtype));
+		return NULL;
+	}
+	t->name = t->source_name = us_arena_strdup(a, name);
+	shp = us_arena_calloc(a, ndim ? ndim : 1, sizeof(*shp));
+	t->chunks = us_arena_calloc(a, nchunks ? nchunks : 1, sizeof(*t->chunks));
+	if (!t->name || !shp || !t->chunks)
+		goto nomem;
+	memcpy(shp, shape, ndim * sizeof(*shp));
+	t->shape = shp;
+	t->dtype = dtype;
+	t->ndim = ndim;
+	t->nchunks = nchunks;
+	for (uint32_t i = 0; i < nchunks; i++) {
+		struct us_chunk *c = &t->chunks[i];
+
+		c->offsets = us_arena_calloc(a, ndim ? ndim : 1, sizeof(uint64_t));
+		c->sizes = us_arena_calloc(a, ndim ? ndim : 1, sizeof(uint64_t));
+		if (!c->offsets || !c->sizes)
+			goto nomem;
+		c->src.dtype = dtype;
+	}
+	sd->ntensors++;
+	return t;
+nomem:
+	us_err_set(err, US_E_NOMEM, errpath, "out of memory");
+	return NULL;
+}
+
+struct us_tensor *us_sd_add_whole_tensor(struct us_statedict *sd,
+					 const char *name, enum us_dtype dtype,
+					 uint32_t ndim, const uint64_t *shape,
+					 uint32_t file, uint64_t offset,
+					 struct us_err *err)
+{
+	struct us_tensor *t;
+	struct us_chunk *c;
+
+	t = us_sd_add_tensor(sd, name, dtype, ndim, shape, 1,
+			     sd->files[file].relpath, err);
+	if (!t)
+		return NULL;
+	c = &t->chunks[0];
+	memcpy((uint64_t *)c->sizes, shape, ndim * sizeof(uint64_t));
+	c->src.file = file;
+	c->src.offset = offset;
+	return t;
+}
+
+static int cmp_tensor_name(const void *a, const void *b)
+{
+	return strcmp(((const struct us_tensor *)a)->name,
+		      ((const struct us_tensor *)b)->name);
+}
+
+static const char *tensor_file(const struct us_statedict *sd,
+			       const struct us_tensor *t)
+{
+	return t->nchunks ? sd->files[t->chunks[0].src.file].relpath : NULL;
+}
+
+static bool boxes_overlap(uint32_t ndim, const struct us_chunk *a,
+			  const struct us_chunk *b)
+{
+	for (uint32_t k = 0; k < ndim; k++)
+		if (a->offsets[k] >= b->offsets[k] + b->sizes[k] ||
+		    b->offsets[k] >= a->offsets[k] + a->sizes[k])
+			return false;
+	return true;
+}
+
+/* The last byte an extent can address, +1, or false on overflow. */
+static bool extent_end(const struct us_tensor *t, const struct us_chunk *c,
+		       uint64_t *end)
+{
+	uint64_t isz = us_dtype_bits(c->src.dtype) / 8, maxel = 0, span;
+
+	if (us_dtype_bits(c->src.dtype) % 8) {
+		/* Sub-byte elements: only a whole contiguous tensor. */
+		if (c->src.strides || t->nchunks != 1)
+			return false;
+		return !__builtin_add_overflow(c->src.offset, t->nbytes, end);
+	}
+	for (uint32_t k = 0; k < t->ndim; k++) {
+		uint64_t stride, step;
+
+		if (c->sizes[k] == 0)
+			return !__builtin_add_overflow(c->src.offset, 0, end);
+		if (c->src.strides) {
+			if (c->src.strides[k] < 0)
+				return false;
+			stride = (uint64_t)c->src.strides[k];
+		} else {
+			stride = 1;
+			for (uint32_t j = k + 1; j < t->ndim; j++)
+				stride *= c->sizes[j]; /* bounded by numel */
+		}
+		if (__builtin_mul_overflow(c->sizes[k] - 1, stride, &step) ||
+		    __builtin_add_overflow(maxel, step, &maxel))
+			return false;
+	}
+	if (__builtin_add_overflow(maxel, 1, &maxel) ||
+	    __builtin_mul_overflow(maxel, isz, &span) ||
+	    __builtin_add_overflow(c->src.offset, span, end))
+		return false;
+	return true;
+}
+
+static enum us_status check_extent(const struct us_statedict *sd,
+				   const struct us_tensor *t,
+				   const struct us_chunk *c, struct us_err *err)
+{
+	const struct us_file *f = &sd->files[c->src.file];
+	uint64_t end, limit, item_end;
+
+	if (c->src.dtype != t->dtype)
+		return us_err_set(err, US_E_FORMAT, f->relpath,
+				  "tensor '%s': stored as %s, declared %s",
+				  t->source_name, us_dtype_name(c->src.dtype),
+				  us_dtype_name(t->dtype));
+	if (!extent_end(t, c, &end))
+		return us_err_set(err, US_E_FORMAT, f->relpath,
+				  "tensor '%s': strides or offsets out of range",
+				  t->source_name);
+	limit = (uint64_t)f->size;
+	if (c->src.xf != US_XF_NONE) {
+		if (__builtin_add_overflow(c->src.item_off, c->src.item_len,
+					   &item_end) || item_end > limit)
+			return us_err_set(err, US_E_FORMAT, f->relpath,
+					  "tensor '%s': item extends past the "
+					  "end of the file", t->source_name);
+		limit = c->src.decoded_len;
+	}
+	if (end > limit)
+		return us_err_set(err, US_E_FORMAT, f->relpath,
+				  "tensor '%s': data extends past the end of "
+				  "the file (needs %llu bytes, has %llu)",
+				  t->source_name, (unsigned long long)end,
+				  (unsigned long long)limit);
+	return US_OK;
+}
+
+static enum us_status check_tensor(const struct us_statedict *sd,
+				   const struct us_tensor *t,
+				   struct us_err *err)
+{
+	const char *path = tensor_file(sd, t);
+	uint64_t total = 0;
+
+	for (uint32_t i = 0; i < t->nchunks; i++) {
+		const struct us_chunk *c = &t->chunks[i];
+		uint64_t vol = 1;
+
+		for (uint32_t k = 0; k < t->ndim; k++) {
+			uint64_t e;
+
+			if (__builtin_add_overflow(c->offsets[k], c->sizes[k], &e) ||
+			    e > t->shape[k])
+				return us_err_set(err, US_E_FORMAT, path,
+						  "tensor '%s': chunk %u lies "
+						  "outside the tensor",
+						  t->source_name, i);
+			vol *= c->sizes[k]; /* bounded by numel */
+		}
+		if (__builtin_add_overflow(total, vol, &total))
+			return us_err_set(err, US_E_FORMAT, path,
+					  "tensor '%s': chunk sizes overflow",
+					  t->source_name);
+		if (vol)
+			US_TRY(check_extent(sd, t, c, err));
+		for (uint32_t j = 0; vol && j < i; j++)
+			if (boxes_overlap(t->ndim, c, &t->chunks[j]))
+				return us_err_set(err, US_E_FORMAT, path,
+						  "tensor '%s': chunks %u and "
+						  "%u overlap", t->source_name,
+						  j, i);
+	}
+	if (total != t->numel)
+		return us_err_set(err, US_E_FORMAT, path,
+				  "tensor '%s': chunks cover %llu of %llu "
+				  "elements", t->source_name,
+				  (unsigned long long)total,
+				  (unsigned long long)t->numel);
+	return US_OK;
+}
+
+enum us_status us_sd_finalize(struct us_statedict *sd, struct us_err *err)
+{
+	if (sd->finalized)
+		return US_OK;
+	sd->finalized = true;
+	if (sd->ntensors > 1)
+		qsort(sd->tensors, sd->ntensors, sizeof(*sd->tensors),
+		      cmp_tensor_name);
+	for (size_t i = 0; i < sd->ntensors; i++) {
+		const struct us_tensor *t = &sd->tensors[i];
+
+		if (i > 0 && strcmp(t->name, sd->tensors[i - 1].name) == 0)
+			return us_err_set(err, US_E_FORMAT, tensor_file(sd, t),
+					  "tensor '%s' is also in %s", t->name,
+					  tensor_file(sd, &sd->tensors[i - 1]));
+		US_TRY(check_tensor(sd, t, err));
+	}
+	return US_OK;
+}
+
+const struct us_tensor *us_sd_find(const struct us_statedict *sd,
+				   const char *name)
+{
+	size_t lo = 0, hi = sd->ntensors;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(name, sd->tensors[mid].name);
+
+		if (c == 0)
+			return &sd->tensors[mid];
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return NULL;
+}

@@ -1,0 +1,150 @@
+/*
+ * model.h - the one shared data structure of libunshard.
+ *
+ * A state dict is a list of tensors.  A tensor has a name, a dtype, a shape
+ * and a list of chunks.  A chunk is an N-D box (offsets, sizes) of the tensor
+ * whose elements live in one source extent: a file, a byte offset, element
+ * strides, a dtype and a transform (such as a zstd-compressed item).
+ *
+ * Source readers (source/) only *describe* chunks; views (view/) only read
+ * through the assembly engine (assemble/).  Nothing here knows FUSE.
+ *
+ * Invariants, established by us_sd_finalize() at mount and relied on by every
+ * read afterwards (a mounted tree never discovers a format error):
+ *  - tensor names are unique, and tensors are sorted by name;
+ *  - the chunks of a tensor tile it exactly: inside its bounds, no overlap,
+ *    volumes summing to numel (zero-volume chunks are dropped by readers);
+ *  - every byte an extent can address lies inside its file (or decoded item).
+ */
+#ifndef US_MODEL_H
+#define US_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "arena.h"
+#include "dtype.h"
+#include "us_error.h"
+
+/* torch allows 64 dimensions; nothing real comes near it. */
+#define US_MAX_NDIM 64
+
+enum us_transform {
+	US_XF_NONE = 0, /* bytes are stored as is in the file */
+	US_XF_ZSTD = 1, /* the item is one zstd frame (DCP "stream.zstd/1") */
+};
+
+/* A source file, opened at mount and held open for the life of the mount. */
+struct us_file {
+	char *relpath; /* relative to SOURCE: for messages, inspect, xattrs */
+	int fd;
+	/* Identity recorded at mount: a read that finds it changed says EIO. */
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime;
+};
+
+/* Where the elements of one chunk live. */
+struct us_extent {
+	uint32_t file;          /* index into us_statedict.files */
+	enum us_transform xf;
+	uint64_t item_off;      /* transformed item: its byte range in the file */
+	uint64_t item_len;
+	uint64_t decoded_len;   /* transformed item: its size once decoded */
+	uint64_t offset;        /* bytes to the chunk's first element: in the
+				 * file (US_XF_NONE) or in the decoded item */
+	const int64_t *strides; /* element strides per chunk dim; NULL means
+				 * row-major contiguous over the chunk's sizes */
+	enum us_dtype dtype;    /* element type as stored */
+};
+
+struct us_chunk {
+	const uint64_t *offsets; /* ndim entries: the box's corner */
+	const uint64_t *sizes;   /* ndim entries: the box's extent */
+	struct us_extent src;
+};
+
+struct us_tensor {
+	const char *name;        /* the name every view shows */
+	const char *source_name; /* the key in the source, before unwrapping */
+	enum us_dtype dtype;
+	uint32_t ndim;
+	const uint64_t *shape;
+	uint64_t numel;
+	uint64_t nbytes;
+	struct us_chunk *chunks;
+	uint32_t nchunks;
+};
+
+struct us_statedict {
+	struct us_arena arena;
+	const char *format;      /* "safetensors", ... : for inspect */
+	bool finalized;
+	struct us_tensor *tensors;
+	size_t ntensors, tensors_cap;
+	struct us_file *files;
+	size_t nfiles, files_cap;
+	/* Files that belong to the checkpoint (shards, indexes): not passed through. */
+	const char **consumed;
+	size_t nconsumed, consumed_cap;
+};
+
+struct us_statedict *us_sd_new(void);
+/* Closes every file and frees everything the state dict owns. */
+void us_sd_free(struct us_statedict *sd);
+
+/*
+ * us_sd_open_file - open @relpath under @dirfd (symlinks followed), record
+ * its identity, mark it consumed and return its index in *@idx.  Opening the
+ * same relpath twice returns the first index.  Refuses anything that is not
+ * a regular file.
+ */
+enum us_status us_sd_open_file(struct us_statedict *sd, int dirfd,
+			       const char *relpath, uint32_t *idx,
+			       struct us_err *err);
+
+/* us_sd_consume - mark @relpath (an index, a metadata file) as part of the
+ * checkpoint so that it is not passed through. */
+enum us_status us_sd_consume(struct us_statedict *sd, const char *relpath);
+bool us_sd_is_consumed(const struct us_statedict *sd, const char *relpath);
+
+/*
+ * us_sd_add_tensor - append a tensor with room for @nchunks chunks, each with
+ * its offsets/sizes arrays allocated (zeroed).  @name is copied.  numel and
+ * nbytes are computed here; NULL on overflow or out of memory (@err set).
+ */
+struct us_tensor *us_sd_add_tensor(struct us_statedict *sd, const char *name,
+				   enum us_dtype dtype, uint32_t ndim,
+				   const uint64_t *shape, uint32_t nchunks,
+				   const char *errpath, struct us_err *err);
+
+/* us_sd_add_whole_tensor - a tensor stored contiguously as one extent of
+ * @file at byte @offset (safetensors and friends). */
+struct us_tensor *us_sd_add_whole_tensor(struct us_statedict *sd,
+					 const char *name, enum us_dtype dtype,
+					 uint32_t ndim, const uint64_t *shape,
+					 uint32_t file, uint64_t offset,
+					 struct us_err *err);
+
+/*
+ * us_sd_finalize - sort tensors by name, refuse duplicate names (naming
+ * both files) and check the invariants above.  The source layer calls it
+ * after a reader has described everything; a reader that needs us_sd_find()
+ * may call it earlier (it runs once; tensors added afterwards are refused).
+ */
+enum us_status us_sd_finalize(struct us_statedict *sd, struct us_err *err);
+
+/* us_sd_find - binary search by name after finalize; NULL if absent. */
+const struct us_tensor *us_sd_find(const struct us_statedict *sd,
+				   const char *name);
+
+/* us_numel - product of @shape, false on overflow. */
+bool us_numel(uint32_t ndim, const uint64_t *shape, uint64_t *out);
+/* us_nbytes - bytes of @numel elements of @dt, false on overflow or when
+ * sub-byte elements do not fill whole bytes. */
+bool us_nbytes(enum us_dtype dt, uint64_t numel, uint64_t *out);
+
+#endif /* US_MODEL_H */

@@ -1,0 +1,65 @@
+/* dirlist.c - sorted directory listings, so every result is deterministic. */
+#include "source.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void us_dirlist_free(char **names, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+}
+
+enum us_status us_dirlist(int dirfd, char ***names_out, size_t *n_out)
+{
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	DIR *d;
+	int fd;
+
+	fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return US_E_IO;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return US_E_IO;
+	}
+	while ((de = readdir(d)) != NULL) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (n == cap) {
+			size_t ncap = cap ? cap * 2 : 32;
+			char **p = realloc(names, ncap * sizeof(*p));
+
+			if (!p)
+				goto nomem;
+			names = p;
+			cap = ncap;
+		}
+		names[n] = strdup(de->d_name);
+		if (!names[n])
+			goto nomem;
+		n++;
+	}
+	closedir(d);
+	if (n > 1)
+		qsort(names, n, sizeof(*names), cmp_str);
+	*names_out = names;
+	*n_out = n;
+	return US_OK;
+nomem:
+	closedir(d);
+	us_dirlist_free(names, n);
+	return US_E_NOMEM;
+}

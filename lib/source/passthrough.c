@@ -1,0 +1,123 @@
+/* passthrough.c - walking SOURCE for the files the views do not replace. */
+#include "passthrough.h"
+
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "source.h"
+
+#define PT_MAX_DEPTH 32
+
+void us_pt_free(struct us_pt_list *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->v[i].relpath);
+	free(l->v);
+	memset(l, 0, sizeof(*l));
+}
+
+static enum us_status pt_push(struct us_pt_list *l, const char *relpath,
+			      size_t parent, const struct stat *st)
+{
+	struct us_pt_entry *e;
+	const char *slash;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 32;
+		void *p = realloc(l->v, cap * sizeof(*l->v));
+
+		if (!p)
+			return US_E_NOMEM;
+		l->v = p;
+		l->cap = cap;
+	}
+	e = &l->v[l->n];
+	e->relpath = strdup(relpath);
+	if (!e->relpath)
+		return US_E_NOMEM;
+	slash = strrchr(e->relpath, '/');
+	e->name = slash ? slash + 1 : e->relpath;
+	e->parent = parent;
+	e->st = *st;
+	l->n++;
+	return US_OK;
+}
+
+/* True if directory @st is @dir_idx or one of its ancestors (a link loop). */
+static bool pt_is_ancestor(const struct us_pt_list *l, size_t dir_idx,
+			   const struct stat *st, const struct stat *root)
+{
+	for (size_t i = dir_idx; i != SIZE_MAX; i = l->v[i].parent)
+		if (l->v[i].st.st_dev == st->st_dev &&
+		    l->v[i].st.st_ino == st->st_ino)
+			return true;
+	return root->st_dev == st->st_dev && root->st_ino == st->st_ino;
+}
+
+static enum us_status pt_walk(int dirfd, const struct us_statedict *sd,
+			      struct us_pt_list *l, const char *prefix,
+			      size_t parent, const struct stat *root, int depth)
+{
+	enum us_status rc = US_OK;
+	char **names;
+	size_t n;
+	char *path;
+	int sub;
+
+	if (depth > PT_MAX_DEPTH)
+		return US_OK;
+	sub = *prefix ? openat(dirfd, prefix, O_PATH | O_DIRECTORY | O_CLOEXEC)
+		      : openat(dirfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (sub < 0)
+		return US_OK; /* unreadable directory: nothing to pass through */
+	rc = us_dirlist(sub, &names, &n);
+	close(sub);
+	if (rc != US_OK)
+		return rc == US_E_NOMEM ? rc : US_OK;
+	for (size_t i = 0; rc == US_OK && i < n; i++) {
+		struct stat st;
+
+		if (asprintf(&path, "%s%s%s", prefix, *prefix ? "/" : "",
+			     names[i]) < 0) {
+			rc = US_E_NOMEM;
+			break;
+		}
+		if (fstatat(dirfd, path, &st, 0) == 0 &&
+		    !us_sd_is_consumed(sd, path)) {
+			if (S_ISREG(st.st_mode)) {
+				rc = pt_push(l, path, parent, &st);
+			} else if (S_ISDIR(st.st_mode) &&
+				   !pt_is_ancestor(l, parent, &st, root)) {
+				rc = pt_push(l, path, parent, &st);
+				if (rc == US_OK)
+					rc = pt_walk(dirfd, sd, l, path,
+						     l->n - 1, root, depth + 1);
+			}
+		}
+		free(path);
+	}
+	us_dirlist_free(names, n);
+	return rc;
+}
+
+enum us_status us_pt_scan(int dirfd, const struct us_statedict *sd,
+			  struct us_pt_list *out, struct us_err *err)
+{
+	struct stat root;
+	enum us_status rc;
+
+	memset(out, 0, sizeof(*out));
+	if (fstatat(dirfd, ".", &root, 0) < 0)
+		return us_err_set(err, US_E_IO, ".", "cannot stat SOURCE");
+	rc = pt_walk(dirfd, sd, out, "", SIZE_MAX, &root, 0);
+	if (rc != US_OK) {
+		us_pt_free(out);
+		return us_err_set(err, rc, ".", "cannot list SOURCE: %s",
+				  us_status_str(rc));
+	}
+	return US_OK;
+}

@@ -1,0 +1,37 @@
+/*
+ * passthrough.h - the files of SOURCE that are not part of the checkpoint
+ * (config.json, tokenizer files, ...), served as they are.
+ *
+ * The scan follows symlinks (a hub cache snapshot is all symlinks into
+ * ../../blobs), skips what the reader consumed, dangling links and special
+ * files, and guards against directory loops.
+ */
+#ifndef US_PASSTHROUGH_H
+#define US_PASSTHROUGH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/stat.h>
+
+#include "../model.h"
+
+struct us_pt_entry {
+	char *relpath;  /* relative to SOURCE */
+	const char *name; /* the last component of relpath */
+	size_t parent;  /* index of the parent directory entry, or SIZE_MAX
+			 * for SOURCE itself */
+	struct stat st; /* stat() of the target, symlinks followed */
+};
+
+struct us_pt_list {
+	struct us_pt_entry *v;
+	size_t n, cap;
+};
+
+/* us_pt_scan - list the passthrough tree of the directory @dirfd.  Parents
+ * always come before their children. */
+enum us_status us_pt_scan(int dirfd, const struct us_statedict *sd,
+			  struct us_pt_list *out, struct us_err *err);
+void us_pt_free(struct us_pt_list *l);
+
+#endif /* US_PASSTHROUGH_H */

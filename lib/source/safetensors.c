@@ -1,0 +1,468 @@
+/*
+ * safetensors.c - the safetensors reader: one file, a directory of shards
+ * with a *.safetensors.index.json, or a directory of *.safetensors files.
+ *
+ * Validation follows the reference (Rust) reader exactly, because a file it
+ * refuses must not become servable through us: the header is at most
+ * 100,000,000 bytes of UTF-8 JSON starting with '{'; the data spans, sorted
+ * by (begin, end), tile the data buffer from 0 with no hole or overlap, each
+ * is numel * bits / 8 bytes, and the last one ends at the end of the file.
+ * Only the header is read: tensor bytes are never touched at mount.
+ */
+#include "source.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../codec/json.h"
+#include "../io.h"
+#include "../path.h"
+
+#define ST_MAX_HEADER 100000000ull
+#define ST_MAX_INDEX (256ull << 20)
+#define ST_SUFFIX ".safetensors"
+#define ST_INDEX_SUFFIX ".safetensors.index.json"
+
+struct st_entry {
+	const char *name;
+	enum us_dtype dtype;
+	uint32_t ndim;
+	uint64_t shape[US_MAX_NDIM];
+	uint64_t begin, end;
+};
+
+static enum us_status st_read_header(const struct us_file *f, cJSON **root,
+				     uint64_t *data_start, struct us_err *err)
+{
+	unsigned char len8[8];
+	uint64_t n = 0;
+	const char *why = NULL;
+	char *hdr;
+	int rc;
+
+	if (f->size < 8)
+		return us_err_set(err, US_E_FORMAT, f->relpath,
+				  "not a safetensors file: shorter than 8 bytes");
+	rc = us_pread_full(f->fd, len8, 8, 0);
+	if (rc < 0)
+		return us_err_set(err, US_E_IO, f->relpath, "cannot read: %s",
+				  strerror(-rc));
+	for (int i = 7; i >= 0; i--)
+		n = n << 8 | len8[i];
+	if (n > ST_MAX_HEADER)
+		return us_err_set(err, US_E_FORMAT, f->relpath,
+				  "header length %llu exceeds the 100000000-byte "
+				  "limit", (unsigned long long)n);
+	if (n + 8 > (uint64_t)f->size)
+		return us_err_set(err, US_E_FORMAT, f->relpath,
+				  "header length %llu runs past the end of the "
+				  "file (%lld bytes): truncated or corrupt",
+				  (unsigned long long)n, (long long)f->size);
+	hdr = malloc(n ? n : 1);
+	if (!hdr)
+		return us_err_set(err, US_E_NOMEM, f->relpath, "out of memory");
+	rc = us_pread_full(f->fd, hdr, n, 8);
+	if (rc < 0) {
+		free(hdr);
+		return us_err_set(err, US_E_IO, f->relpath, "cannot read: %s",
+				  strerror(-rc));
+	}
+	if (n == 0 || hdr[0] != '{') {
+		free(hdr);
+		return us_err_set(err, US_E_FORMAT, f->relpath,
+				  "header does not start with '{'");
+	}
+	*root = us_json_parse(hdr, n, &why);
+	free(hdr);
+	if (!*root)
+		return us_err_set(err, US_E_FORMAT, f->relpath, "header %s", why);
+	if (!cJSON_IsObject(*root)) {
+		cJSON_Delete(*root);
+		return us_err_set(err, US_E_FORMAT, f->relpath,
+				  "header is not a JSON object");
+	}
+	*data_start = 8 + n;
+	return US_OK;
+}
+
+static enum us_status st_check_metadata(const cJSON *md, const char *path,
+					struct us_err *err)
+{
+	if (!cJSON_IsObject(md))
+		return us_err_set(err, US_E_FORMAT, path,
+				  "__metadata__ is not an object");
+	for (const cJSON *c = md->child; c; c = c->next)
+		if (!cJSON_IsString(c))
+			return us_err_set(err, US_E_FORMAT, path,
+					  "__metadata__ value '%s' is not a "
+					  "string", c->string);
+	return US_OK;
+}
+
+static enum us_status st_parse_entry(const cJSON *j, struct st_entry *e,
+				     const char *path, struct us_err *err)
+{
+	const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
+	const cJSON *shape = cJSON_GetObjectItemCaseSensitive(j, "shape");
+	const cJSON *offs = cJSON_GetObjectItemCaseSensitive(j, "data_offsets");
+	int nd;
+
+	e->name = j->string;
+	if (!cJSON_IsObject(j) || !cJSON_IsString(dt) || !cJSON_IsArray(shape) ||
+	    !cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
+		return us_err_set(err, US_E_FORMAT, path,
+				  "tensor '%s': needs dtype, shape and two "
+				  "data_offsets", e->name);
+	if (!us_dtype_from_name(dt->valuestring, &e->dtype))
+		return us_err_set(err, US_E_UNSUPPORTED, path,
+				  "tensor '%s': unknown dtype '%s'", e->name,
+				  dt->valuestring);
+	nd = cJSON_GetArraySize(shape);
+	if (nd > US_MAX_NDIM)
+		return us_err_set(err, US_E_UNSUPPORTED, path,
+				  "tensor '%s': %d dimensions (at most %d)",
+				  e->name, nd, US_MAX_NDIM);
+	e->ndim = (uint32_t)nd;
+	for (int k = 0; k < nd; k++)
+		if (!us_json_u64(cJSON_GetArrayItem(shape, k), &e->shape[k]))
+			return us_err_set(err, US_E_FORMAT, path,
+					  "tensor '%s': shape is not a list of "
+					  "non-negative integers", e->name);
+	if (!us_json_u64(cJSON_GetArrayItem(offs, 0), &e->begin) ||
+	    !us_json_u64(cJSON_GetArrayItem(offs, 1), &e->end))
+		return us_err_set(err, US_E_FORMAT, path,
+				  "tensor '%s': data_offsets are not "
+				  "non-negative integers", e->name);
+	return US_OK;
+}
+
+static int cmp_span(const void *a, const void *b)
+{
+	const struct st_entry *x = a, *y = b;
+
+	if (x->begin != y->begin)
+		return x->begin < y->begin ? -1 : 1;
+	if (x->end != y->end)
+		return x->end < y->end ? -1 : 1;
+	return 0;
+}
+
+/* The spans, sorted, must tile [0, data_len) and match shape * dtype. */
+static enum us_status st_check_spans(struct st_entry *v, size_t n,
+				     uint64_t data_len, const char *path,
+				     struct us_err *err)
+{
+	uint64_t pos = 0;
+
+	if (n > 1)
+		qsort(v, n, sizeof(*v), cmp_span);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t numel, nbytes;
+
+		if (v[i].begin != pos || v[i].end < v[i].begin)
+			return us_err_set(err, US_E_FORMAT, path,
+					  "tensor '%s': data_offsets [%llu, %llu] "
+					  "leave a hole or overlap (expected to "
+					  "start at %llu)", v[i].name,
+					  (unsigned long long)v[i].begin,
+					  (unsigned long long)v[i].end,
+					  (unsigned long long)pos);
+		if (!us_numel(v[i].ndim, v[i].shape, &numel) ||
+		    !us_nbytes(v[i].dtype, numel, &nbytes))
+			return us_err_set(err, US_E_FORMAT, path,
+					  "tensor '%s': shape overflows",
+					  v[i].name);
+		if (v[i].end - v[i].begin != nbytes)
+			return us_err_set(err, US_E_FORMAT, path,
+					  "tensor '%s': %llu bytes of data for "
+					  "%llu bytes of %s elements", v[i].name,
+					  (unsigned long long)(v[i].end - v[i].begin),
+					  (unsigned long long)nbytes,
+					  us_dtype_name(v[i].dtype));
+		pos = v[i].end;
+	}
+	if (pos != data_len)
+		return us_err_set(err, US_E_FORMAT, path,
+				  "data is %llu bytes but the tensors cover %llu: "
+				  "truncated, or trailing bytes",
+				  (unsigned long long)data_len,
+				  (unsigned long long)pos);
+	return US_OK;
+}
+
+static enum us_status st_add_entries(struct us_statedict *sd, uint32_t file,
+				     const struct st_entry *v, size_t n,
+				     uint64_t data_start, struct us_err *err)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!us_sd_add_whole_tensor(sd, v[i].name, v[i].dtype,
+					    v[i].ndim, v[i].shape, file,
+					    data_start + v[i].begin, err))
+			return err ? err->status : US_E_NOMEM;
+	return US_OK;
+}
+
+static enum us_status st_read_one(struct us_statedict *sd, int dirfd,
+				  const char *relpath, struct us_err *err)
+{
+	struct st_entry *v = NULL;
+	cJSON *root = NULL;
+	uint64_t data_start = 0;
+	size_t n = 0;
+	uint32_t file;
+	enum us_status rc;
+
+	US_TRY(us_sd_open_file(sd, dirfd, relpath, &file, err));
+	rc = st_read_header(&sd->files[file], &root, &data_start, err);
+	if (rc != US_OK)
+		return rc;
+	v = calloc((size_t)cJSON_GetArraySize(root) + 1, sizeof(*v));
+	if (!v) {
+		rc = us_err_set(err, US_E_NOMEM, relpath, "out of memory");
+		goto out;
+	}
+	for (const cJSON *c = root->child; c; c = c->next) {
+		if (strcmp(c->string, "__metadata__") == 0)
+			rc = st_check_metadata(c, relpath, err);
+		else
+			rc = st_parse_entry(c, &v[n++], relpath, err);
+		if (rc != US_OK)
+			goto out;
+	}
+	rc = st_check_spans(v, n, (uint64_t)sd->files[file].size - data_start,
+			    relpath, err);
+	if (rc == US_OK)
+		rc = st_add_entries(sd, file, v, n, data_start, err);
+out:
+	free(v);
+	cJSON_Delete(root);
+	return rc;
+}
+
+/* ---- index --------------------------------------------------------------- */
+
+static enum us_status st_load_index(int dirfd, const char *relpath,
+				    cJSON **root, struct us_err *err)
+{
+	struct us_statedict *tmp = us_sd_new();
+	const struct us_file *f;
+	const char *why = NULL;
+	uint32_t idx;
+	char *text = NULL;
+	enum us_status rc;
+	int io;
+
+	if (!tmp)
+		return us_err_set(err, US_E_NOMEM, relpath, "out of memory");
+	rc = us_sd_open_file(tmp, dirfd, relpath, &idx, err);
+	if (rc != US_OK)
+		goto out;
+	f = &tmp->files[idx];
+	if ((uint64_t)f->size > ST_MAX_INDEX) {
+		rc = us_err_set(err, US_E_FORMAT, relpath,
+				"index is larger than 256 MiB");
+		goto out;
+	}
+	text = malloc((size_t)f->size + 1);
+	if (!text) {
+		rc = us_err_set(err, US_E_NOMEM, relpath, "out of memory");
+		goto out;
+	}
+	io = us_pread_full(f->fd, text, (size_t)f->size, 0);
+	if (io < 0) {
+		rc = us_err_set(err, US_E_IO, relpath, "cannot read: %s",
+				strerror(-io));
+		goto out;
+	}
+	*root = us_json_parse(text, (size_t)f->size, &why);
+	if (!*root)
+		rc = us_err_set(err, US_E_FORMAT, relpath, "index %s", why);
+out:
+	free(text);
+	us_sd_free(tmp);
+	return rc;
+}
+
+static int cmp_cstr(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The distinct shard names of @wm, sorted, each checked to stay inside SOURCE. */
+static enum us_status st_index_shards(const cJSON *wm, const char *index,
+				      const char ***out, size_t *nout,
+				      struct us_err *err)
+{
+	size_t n = 0, k = 0;
+	const char **v;
+
+	for (const cJSON *c = wm->child; c; c = c->next) {
+		if (!cJSON_IsString(c))
+			return us_err_set(err, US_E_FORMAT, index,
+					  "weight_map entry '%s' is not a file "
+					  "name", c->string);
+		if (!us_path_is_inside(c->valuestring))
+			return us_err_set(err, US_E_FORMAT, index,
+					  "weight_map names '%s', which is "
+					  "outside the checkpoint directory",
+					  c->valuestring);
+		n++;
+	}
+	v = calloc(n + 1, sizeof(*v));
+	if (!v)
+		return us_err_set(err, US_E_NOMEM, index, "out of memory");
+	for (const cJSON *c = wm->child; c; c = c->next)
+		v[k++] = c->valuestring;
+	if (n > 1)
+		qsort(v, n, sizeof(*v), cmp_cstr);
+	k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (k == 0 || strcmp(v[i], v[k - 1]) != 0)
+			v[k++] = v[i];
+	*out = v;
+	*nout = k;
+	return US_OK;
+}
+
+/* Every weight_map entry must name a tensor that its shard really holds. */
+static enum us_status st_check_weight_map(const struct us_statedict *sd,
+					  const cJSON *wm, const char *index,
+					  struct us_err *err)
+{
+	for (const cJSON *c = wm->child; c; c = c->next) {
+		const struct us_tensor *t = us_sd_find(sd, c->string);
+
+		if (!t)
+			return us_err_set(err, US_E_FORMAT, c->valuestring,
+					  "has no tensor '%s' (%s says it does)",
+					  c->string, index);
+		if (strcmp(sd->files[t->chunks[0].src.file].relpath,
+			   c->valuestring) != 0)
+			return us_err_set(err, US_E_FORMAT, index,
+					  "weight_map puts '%s' in %s, but it is "
+					  "in %s", c->string, c->valuestring,
+					  sd->files[t->chunks[0].src.file].relpath);
+	}
+	return US_OK;
+}
+
+static enum us_status st_read_indexed(struct us_statedict *sd, int dirfd,
+				      const char *index, struct us_err *err)
+{
+	const char **shards = NULL;
+	const cJSON *wm;
+	cJSON *root = NULL;
+	size_t n = 0;
+	enum us_status rc;
+
+	US_TRY(st_load_index(dirfd, index, &root, err));
+	wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+	if (!cJSON_IsObject(root) || !cJSON_IsObject(wm)) {
+		rc = us_err_set(err, US_E_FORMAT, index,
+				"index has no weight_map object");
+		goto out;
+	}
+	rc = us_sd_consume(sd, index);
+	if (rc == US_OK)
+		rc = st_index_shards(wm, index, &shards, &n, err);
+	for (size_t i = 0; rc == US_OK && i < n; i++)
+		rc = st_read_one(sd, dirfd, shards[i], err);
+	if (rc == US_OK)
+		rc = us_sd_finalize(sd, err);
+	if (rc == US_OK)
+		rc = st_check_weight_map(sd, wm, index, err);
+out:
+	free(shards);
+	cJSON_Delete(root);
+	return rc;
+}
+
+/* ---- directory ----------------------------------------------------------- */
+
+/* model.safetensors.index.json if present, else the only *.index.json. */
+static enum us_status st_find_index(char **names, size_t n, const char **index,
+				    struct us_err *err)
+{
+	const char *found = NULL;
+
+	*index = NULL;
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(names[i], "model" ST_INDEX_SUFFIX) == 0) {
+			*index = names[i];
+			return US_OK;
+		}
+		if (!us_path_has_suffix(names[i], ST_INDEX_SUFFIX))
+			continue;
+		if (found)
+			return us_err_set(err, US_E_UNSUPPORTED, names[i],
+					  "several safetensors indexes (also "
+					  "%s): mount one model at a time",
+					  found);
+		found = names[i];
+	}
+	*index = found;
+	return US_OK;
+}
+
+static enum us_status st_read_dir(struct us_statedict *sd, int dirfd,
+				  struct us_err *err)
+{
+	const char *index;
+	char **names;
+	size_t n;
+	bool any = false;
+	enum us_status rc;
+
+	if (us_dirlist(dirfd, &names, &n) != US_OK)
+		return us_err_set(err, US_E_IO, ".", "cannot list the directory");
+	rc = st_find_index(names, n, &index, err);
+	if (rc == US_OK && index) {
+		rc = st_read_indexed(sd, dirfd, index, err);
+		goto out;
+	}
+	for (size_t i = 0; rc == US_OK && i < n; i++) {
+		if (!us_path_has_suffix(names[i], ST_SUFFIX))
+			continue;
+		rc = st_read_one(sd, dirfd, names[i], err);
+		any = true;
+	}
+	if (rc == US_OK && !any)
+		rc = us_err_set(err, US_E_FORMAT, ".",
+				"no *.safetensors file in the directory");
+out:
+	us_dirlist_free(names, n);
+	return rc;
+}
+
+static bool st_probe(int dirfd, const char *file)
+{
+	char **names;
+	size_t n;
+	bool yes = false;
+
+	if (file)
+		return us_path_has_suffix(file, ST_SUFFIX);
+	if (us_dirlist(dirfd, &names, &n) != US_OK)
+		return false;
+	for (size_t i = 0; i < n && !yes; i++)
+		yes = us_path_has_suffix(names[i], ST_SUFFIX) ||
+		      us_path_has_suffix(names[i], ST_INDEX_SUFFIX);
+	us_dirlist_free(names, n);
+	return yes;
+}
+
+static enum us_status st_read(struct us_statedict *sd, int dirfd,
+			      const char *file, struct us_err *err)
+{
+	sd->format = "safetensors";
+	if (file)
+		return st_read_one(sd, dirfd, file, err);
+	return st_read_dir(sd, dirfd, err);
+}
+
+const struct us_reader us_reader_safetensors = {
+	.name = "safetensors",
+	.probe = st_probe,
+	.read = st_read,
+};

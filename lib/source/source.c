@@ -1,0 +1,111 @@
+/* source.c - open SOURCE, pick a reader, finalize. */
+#include "source.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const struct us_reader *const readers[] = {
+	&us_reader_safetensors,
+};
+
+#define NREADERS (sizeof(readers) / sizeof(readers[0]))
+
+static const struct us_reader *pick_reader(const char *format, int dirfd,
+					   const char *file)
+{
+	for (size_t i = 0; i < NREADERS; i++) {
+		if (format && strcmp(format, "auto") != 0) {
+			if (strcmp(format, readers[i]->name) == 0)
+				return readers[i];
+		} else if (readers[i]->probe(dirfd, file)) {
+			return readers[i];
+		}
+	}
+	return NULL;
+}
+
+/* Split @path into an opened parent directory and a base name. */
+static int open_parent(const char *path, char **base)
+{
+	char *a = strdup(path), *b = strdup(path);
+	int fd = -1;
+
+	if (a && b) {
+		fd = open(dirname(a), O_PATH | O_DIRECTORY | O_CLOEXEC);
+		*base = strdup(basename(b));
+		if (!*base && fd >= 0) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	free(a);
+	free(b);
+	return fd;
+}
+
+enum us_status us_source_open(const char *path,
+			      const struct us_source_opts *opts,
+			      struct us_statedict **out, int *dirfd_out,
+			      struct us_err *err)
+{
+	const char *format = opts ? opts->format : NULL;
+	const struct us_reader *r;
+	struct us_statedict *sd;
+	char *file = NULL;
+	struct stat st;
+	enum us_status rc;
+	int dirfd;
+
+	*out = NULL;
+	*dirfd_out = -1;
+	if (stat(path, &st) < 0)
+		return us_err_set(err, US_E_IO, ".", "cannot access SOURCE %s: %s",
+				  path, strerror(errno));
+	if (S_ISDIR(st.st_mode))
+		dirfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	else
+		dirfd = open_parent(path, &file);
+	if (dirfd < 0)
+		return us_err_set(err, US_E_IO, ".", "cannot open SOURCE %s: %s",
+				  path, strerror(errno));
+	r = pick_reader(format, dirfd, file);
+	if (!r && format && strcmp(format, "auto") != 0) {
+		rc = us_err_set(err, US_E_USAGE, file ? file : ".",
+				"format '%s' is not supported", format);
+		goto fail;
+	}
+	if (!r) {
+		rc = us_err_set(err, US_E_FORMAT, file ? file : ".",
+				"no checkpoint found (no *.safetensors file or "
+				"index)");
+		goto fail;
+	}
+	sd = us_sd_new();
+	if (!sd) {
+		rc = us_err_set(err, US_E_NOMEM, ".", "out of memory");
+		goto fail;
+	}
+	rc = r->read(sd, dirfd, file, err);
+	if (rc == US_OK)
+		rc = us_sd_finalize(sd, err);
+	if (rc != US_OK) {
+		us_sd_free(sd);
+		goto fail;
+	}
+	*out = sd;
+	if (file)
+		close(dirfd);
+	else
+		*dirfd_out = dirfd;
+	free(file);
+	return US_OK;
+fail:
+	close(dirfd);
+	free(file);
+	return rc;
+}

@@ -1,0 +1,49 @@
+/*
+ * source.h - turning SOURCE into a state dict.
+ *
+ * Each format is one reader that only describes chunks (model.h); this layer
+ * detects the format, runs the reader, and finalizes (validates) the result.
+ */
+#ifndef US_SOURCE_H
+#define US_SOURCE_H
+
+#include <stdbool.h>
+
+#include "../model.h"
+
+struct us_source_opts {
+	const char *format; /* "auto" (or NULL), "safetensors", ... */
+};
+
+/*
+ * A reader.  @file is the checkpoint file when SOURCE is a file, or NULL when
+ * SOURCE is the directory @dirfd.  probe() must only look at names and
+ * headers; read() describes every tensor, opening the files it uses through
+ * us_sd_open_file() and marking any other file it consumed (an index).
+ */
+struct us_reader {
+	const char *name;
+	bool (*probe)(int dirfd, const char *file);
+	enum us_status (*read)(struct us_statedict *sd, int dirfd,
+			       const char *file, struct us_err *err);
+};
+
+extern const struct us_reader us_reader_safetensors;
+
+/*
+ * us_source_open - open @path (a file or a directory), read it with the
+ * reader @opts asks for (or the first whose probe accepts it) and return the
+ * finalized state dict in *@out.  On failure *@out is NULL and @err says why.
+ * *@dirfd_out receives an O_PATH descriptor of SOURCE's directory (for
+ * passthrough), or -1 when SOURCE is a single file.
+ */
+enum us_status us_source_open(const char *path,
+			      const struct us_source_opts *opts,
+			      struct us_statedict **out, int *dirfd_out,
+			      struct us_err *err);
+
+/* us_dirlist - the sorted entry names of @dirfd (without . and ..). */
+enum us_status us_dirlist(int dirfd, char ***names, size_t *n);
+void us_dirlist_free(char **names, size_t n);
+
+#endif /* US_SOURCE_H */

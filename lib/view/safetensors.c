@@ -1,0 +1,187 @@
+/*
+ * safetensors.c - the model.safetensors view.
+ *
+ * Layout, computed at mount from metadata alone:
+ *   u64 LE header length | header JSON padded with spaces to 8 | data
+ * Tensors are ordered as the safetensors writer orders them: dtype order
+ * (dtype.h) descending, then name by bytes, so every tensor starts at a
+ * multiple of its element size and the same SOURCE always gives the same
+ * bytes.  __metadata__ carries {"format": "pt"}, which transformers requires.
+ */
+#include "view.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../assemble/assemble.h"
+#include "../codec/jsonw.h"
+
+struct st_view {
+	char *header;   /* the first data_start bytes of the file */
+	uint64_t data_start;
+	size_t n;
+	const struct us_tensor **order;
+	uint64_t *begin; /* data offset of order[i], relative to data_start */
+};
+
+static int cmp_writer_order(const void *a, const void *b)
+{
+	const struct us_tensor *x = *(const struct us_tensor *const *)a;
+	const struct us_tensor *y = *(const struct us_tensor *const *)b;
+
+	if (x->dtype != y->dtype)
+		return x->dtype > y->dtype ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+static void put_tensor_entry(struct us_sbuf *b, const struct us_tensor *t,
+			     uint64_t begin)
+{
+	us_sbuf_putc(b, ',');
+	us_sbuf_json_str(b, t->name);
+	us_sbuf_puts(b, ":{\"dtype\":");
+	us_sbuf_json_str(b, us_dtype_name(t->dtype));
+	us_sbuf_puts(b, ",\"shape\":[");
+	for (uint32_t k = 0; k < t->ndim; k++) {
+		if (k)
+			us_sbuf_putc(b, ',');
+		us_sbuf_u64(b, t->shape[k]);
+	}
+	us_sbuf_puts(b, "],\"data_offsets\":[");
+	us_sbuf_u64(b, begin);
+	us_sbuf_putc(b, ',');
+	us_sbuf_u64(b, begin + t->nbytes);
+	us_sbuf_puts(b, "]}");
+}
+
+/* Build the 8-byte length, the JSON and its padding; fill sv->begin. */
+static enum us_status build_header(struct st_view *sv, uint64_t *data_len)
+{
+	struct us_sbuf b;
+	uint64_t pos = 0, hlen;
+
+	us_sbuf_init(&b);
+	us_sbuf_putn(&b, "\0\0\0\0\0\0\0\0", 8);
+	us_sbuf_puts(&b, "{\"__metadata__\":{\"format\":\"pt\"}");
+	for (size_t i = 0; i < sv->n; i++) {
+		sv->begin[i] = pos;
+		put_tensor_entry(&b, sv->order[i], pos);
+		pos += sv->order[i]->nbytes;
+	}
+	us_sbuf_putc(&b, '}');
+	while (b.len % 8)
+		us_sbuf_putc(&b, ' ');
+	if (b.oom) {
+		us_sbuf_free(&b);
+		return US_E_NOMEM;
+	}
+	hlen = b.len - 8;
+	for (int i = 0; i < 8; i++)
+		b.p[i] = (char)(hlen >> (8 * i));
+	sv->header = b.p;
+	sv->data_start = b.len;
+	*data_len = pos;
+	return US_OK;
+}
+
+/* Index of the first tensor whose data ends after @pos (data-relative). */
+static size_t first_tensor_after(const struct st_view *sv, uint64_t pos)
+{
+	size_t lo = 0, hi = sv->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (sv->begin[mid] + sv->order[mid]->nbytes <= pos)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static int st_view_read(const struct us_view *v, char *buf, size_t len,
+			uint64_t off)
+{
+	const struct st_view *sv = v->priv;
+	uint64_t pos, end;
+
+	if (off < sv->data_start) {
+		size_t n = (size_t)(sv->data_start - off);
+
+		n = n < len ? n : len;
+		memcpy(buf, sv->header + off, n);
+		buf += n;
+		len -= n;
+		off += n;
+	}
+	pos = off - sv->data_start;
+	end = pos + len;
+	for (size_t i = first_tensor_after(sv, pos); i < sv->n && pos < end; i++) {
+		const struct us_tensor *t = sv->order[i];
+		uint64_t toff = pos - sv->begin[i];
+		uint64_t n = t->nbytes - toff;
+		int rc;
+
+		n = n < end - pos ? n : end - pos;
+		rc = us_tensor_read(v->sd, t, buf, n, toff);
+		if (rc < 0)
+			return rc;
+		buf += n;
+		pos += n;
+	}
+	return 0;
+}
+
+static void st_view_destroy(struct us_view *v)
+{
+	struct st_view *sv = v->priv;
+
+	if (!sv)
+		return;
+	free(sv->header);
+	free(sv->order);
+	free(sv->begin);
+	free(sv);
+}
+
+static const struct us_view_ops st_view_ops = {
+	.read = st_view_read,
+	.destroy = st_view_destroy,
+};
+
+enum us_status us_view_safetensors_new(const struct us_statedict *sd,
+				       struct us_view **out,
+				       struct us_err *err)
+{
+	struct us_view *v = calloc(1, sizeof(*v));
+	struct st_view *sv = calloc(1, sizeof(*sv));
+	uint64_t data_len = 0;
+
+	if (!v || !sv)
+		goto nomem;
+	v->name = "model.safetensors";
+	v->ops = &st_view_ops;
+	v->sd = sd;
+	v->priv = sv;
+	sv->n = sd->ntensors;
+	sv->order = calloc(sv->n + 1, sizeof(*sv->order));
+	sv->begin = calloc(sv->n + 1, sizeof(*sv->begin));
+	if (!sv->order || !sv->begin)
+		goto nomem;
+	for (size_t i = 0; i < sv->n; i++)
+		sv->order[i] = &sd->tensors[i];
+	if (sv->n > 1)
+		qsort(sv->order, sv->n, sizeof(*sv->order), cmp_writer_order);
+	if (build_header(sv, &data_len) != US_OK)
+		goto nomem;
+	v->size = sv->data_start + data_len;
+	*out = v;
+	return US_OK;
+nomem:
+	if (v)
+		us_view_free(v);
+	else
+		free(sv);
+	return us_err_set(err, US_E_NOMEM, "model.safetensors", "out of memory");
+}

@@ -1,0 +1,26 @@
+/* view.c - what every view shares: clamping reads to the file size. */
+#include "view.h"
+
+#include <stdlib.h>
+
+long long us_view_read(const struct us_view *v, char *buf, size_t len,
+		       uint64_t off)
+{
+	int rc;
+
+	if (off >= v->size)
+		return 0;
+	if (len > v->size - off)
+		len = (size_t)(v->size - off);
+	rc = v->ops->read(v, buf, len, off);
+	return rc < 0 ? rc : (long long)len;
+}
+
+void us_view_free(struct us_view *v)
+{
+	if (!v)
+		return;
+	if (v->ops && v->ops->destroy)
+		v->ops->destroy(v);
+	free(v);
+}
