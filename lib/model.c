@@ -172,7 +172,8 @@ struct us_tensor *us_sd_add_tensor(struct us_statedict *sd, const char *name,
 	t->chunks = us_arena_calloc(a, nchunks ? nchunks : 1, sizeof(*t->chunks));
 	if (!t->name || !shp || !t->chunks)
 		goto nomem;
-	memcpy(shp, shape, ndim * sizeof(*shp));
+	if (ndim)
+		memcpy(shp, shape, ndim * sizeof(*shp));
 	t->shape = shp;
 	t->dtype = dtype;
 	t->ndim = ndim;
@@ -207,7 +208,8 @@ struct us_tensor *us_sd_add_whole_tensor(struct us_statedict *sd,
 	if (!t)
 		return NULL;
 	c = &t->chunks[0];
-	memcpy((uint64_t *)c->sizes, shape, ndim * sizeof(uint64_t));
+	if (ndim)
+		memcpy((uint64_t *)c->sizes, shape, ndim * sizeof(uint64_t));
 	c->src.file = file;
 	c->src.offset = offset;
 	return t;

@@ -1,0 +1,102 @@
+/* test_codec.c - JSON parsing limits, UTF-8, escaping, metadata paths. */
+#include <string.h>
+
+#include "codec/json.h"
+#include "codec/jsonw.h"
+#include "harness.h"
+#include "path.h"
+
+static cJSON *parse(const char *s, const char **why)
+{
+	return us_json_parse(s, strlen(s), why);
+}
+
+static void test_json_strict(void)
+{
+	const char *why = NULL;
+	cJSON *j;
+
+	j = parse("{\"a\": 1}   \n", &why);
+	CHECK(j != NULL);
+	cJSON_Delete(j);
+	CHECK(parse("{\"a\": 1} x", &why) == NULL);
+	CHECK(parse("{\"a\": 1, \"a\": 2}", &why) == NULL);
+	CHECK(parse("{\"b\": {\"a\": 1, \"a\": 2}}", &why) == NULL);
+	CHECK(parse("{\"a\\u0000b\": 1}", &why) == NULL);
+	j = parse("{\"a\\\\u0000b\": 1}", &why); /* an escaped backslash: fine */
+	CHECK(j != NULL);
+	cJSON_Delete(j);
+	CHECK(us_json_parse("{\"a\":1}", 3, &why) == NULL);
+}
+
+static void test_json_u64(void)
+{
+	const char *why;
+	cJSON *j = parse("[0, 7, 9007199254740992, 9007199254740993e3, -1, 1.5, \"3\"]", &why);
+	uint64_t v = 0;
+
+	CHECK(j != NULL);
+	CHECK(us_json_u64(cJSON_GetArrayItem(j, 0), &v) && v == 0);
+	CHECK(us_json_u64(cJSON_GetArrayItem(j, 1), &v) && v == 7);
+	CHECK(us_json_u64(cJSON_GetArrayItem(j, 2), &v) && v == 9007199254740992ull);
+	CHECK(!us_json_u64(cJSON_GetArrayItem(j, 3), &v));
+	CHECK(!us_json_u64(cJSON_GetArrayItem(j, 4), &v));
+	CHECK(!us_json_u64(cJSON_GetArrayItem(j, 5), &v));
+	CHECK(!us_json_u64(cJSON_GetArrayItem(j, 6), &v));
+	cJSON_Delete(j);
+}
+
+static void test_utf8(void)
+{
+	CHECK(us_utf8_valid((const unsigned char *)"abc", 3));
+	CHECK(us_utf8_valid((const unsigned char *)"\xc3\xa9", 2));
+	CHECK(us_utf8_valid((const unsigned char *)"\xf0\x9f\x98\x80", 4));
+	CHECK(!us_utf8_valid((const unsigned char *)"\xc3", 1));
+	CHECK(!us_utf8_valid((const unsigned char *)"\xc0\x80", 2)); /* overlong */
+	CHECK(!us_utf8_valid((const unsigned char *)"\xed\xa0\x80", 3)); /* surrogate */
+	CHECK(!us_utf8_valid((const unsigned char *)"\xff", 1));
+	CHECK(!us_utf8_valid((const unsigned char *)"a\0b", 3));
+}
+
+static void test_jsonw_escape(void)
+{
+	struct us_sbuf b;
+
+	us_sbuf_init(&b);
+	us_sbuf_json_str(&b, "a\"b\\c\n\x01\x7f\xc3\xa9/");
+	us_sbuf_putc(&b, '\0');
+	CHECK(!b.oom);
+	CHECK(strcmp(b.p, "\"a\\\"b\\\\c\\n\\u0001\x7f\xc3\xa9/\"") == 0);
+	us_sbuf_free(&b);
+	us_sbuf_init(&b);
+	us_sbuf_u64(&b, 0);
+	us_sbuf_putc(&b, ' ');
+	us_sbuf_u64(&b, UINT64_MAX);
+	us_sbuf_putc(&b, '\0');
+	CHECK(strcmp(b.p, "0 18446744073709551615") == 0);
+	us_sbuf_free(&b);
+}
+
+static void test_paths(void)
+{
+	CHECK(us_path_is_inside("model-00001-of-00002.safetensors"));
+	CHECK(us_path_is_inside("sub/dir/x.safetensors"));
+	CHECK(us_path_is_inside("..x/y"));
+	CHECK(!us_path_is_inside("../x.safetensors"));
+	CHECK(!us_path_is_inside("a/../../x"));
+	CHECK(!us_path_is_inside("a/.."));
+	CHECK(!us_path_is_inside("/etc/passwd"));
+	CHECK(!us_path_is_inside(""));
+	CHECK(us_path_has_suffix("a.safetensors", ".safetensors"));
+	CHECK(!us_path_has_suffix(".safetensors", ".safetensors"));
+}
+
+int main(void)
+{
+	RUN(test_json_strict);
+	RUN(test_json_u64);
+	RUN(test_utf8);
+	RUN(test_jsonw_escape);
+	RUN(test_paths);
+	TEST_MAIN_END();
+}
