@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "assemble/cuda.h"
 #include "inspect.h"
 #include "ops.h"
 #include "opts.h"
@@ -92,6 +93,25 @@ static int check_mountpoint(const char *mnt)
 	return 0;
 }
 
+/* --device=cuda[:N] is a demand: refuse it when there is no such device.
+ * auto falls back to the CPU silently (design.md). */
+static int check_device(const char *device)
+{
+	const char *why = "no such device";
+	int ndev, want = 0;
+
+	if (strncmp(device, "cuda", 4) != 0)
+		return 0;
+	if (device[4] == ':')
+		want = atoi(device + 5);
+	ndev = us_cuda_device_count(&why);
+	if (want < ndev)
+		return 0;
+	fprintf(stderr, "unshardfs: --device=%s: %s (%d CUDA device%s)\n",
+		device, ndev ? "no such device" : why, ndev, ndev == 1 ? "" : "s");
+	return -1;
+}
+
 /* fsname shows in mount(8) and df; libfuse splits options on commas. */
 static void add_mount_opts(struct fuse_args *args, const struct us_opts *o)
 {
@@ -163,10 +183,17 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (o.version) {
-		printf("unshardfs %s (libfuse %s, cuda executor %s)\n", US_VERSION,
-		       fuse_pkgversion(), US_HAVE_CUDA ? "built" : "not built");
+		const char *why = NULL;
+		int ndev = us_cuda_device_count(&why);
+
+		printf("unshardfs %s (libfuse %s; CUDA executor %s; %d CUDA "
+		       "device%s%s%s)\n", US_VERSION, fuse_pkgversion(),
+		       US_HAVE_CUDA ? "built" : "not built", ndev,
+		       ndev == 1 ? "" : "s", ndev ? "" : ": ", ndev ? "" : why);
 		return 0;
 	}
+	if (check_device(o.device) != 0)
+		return EXIT_USAGE;
 	if (!o.inspect && (rc = check_mountpoint(o.mountpoint)) != 0)
 		return rc;
 	rc = prepare(&o, &m);
