@@ -52,7 +52,12 @@ static void mount_state_free(struct mount_state *m)
 /* Read SOURCE and build everything the mount serves.  0 or an exit status. */
 static int prepare(const struct us_opts *o, struct mount_state *m)
 {
-	struct us_source_opts so = { .format = o->format };
+	struct us_source_opts so = {
+		.format = o->format,
+		.names = { .no_unwrap = o->no_unwrap,
+			   .strip_prefix = o->strip_prefix,
+			   .nstrip = o->nstrip },
+	};
 	struct us_err err = {0};
 	struct stat root;
 

@@ -352,10 +352,26 @@ static enum us_status check_tensor(const struct us_statedict *sd,
 	return US_OK;
 }
 
+/* Two tensors with one name: the same key twice, or two keys that unwrap
+ * to one name (names.h) -- say which. */
+static enum us_status report_duplicate(const struct us_statedict *sd,
+				       const struct us_tensor *a,
+				       const struct us_tensor *b,
+				       struct us_err *err)
+{
+	if (strcmp(a->source_name, b->source_name) == 0)
+		return us_err_set(err, US_E_FORMAT, tensor_file(sd, b),
+				  "tensor '%s' is also in %s", b->name,
+				  tensor_file(sd, a));
+	return us_err_set(err, US_E_FORMAT, tensor_file(sd, b),
+			  "'%s' and '%s' (in %s) both unwrap to '%s'; mount "
+			  "with --no-unwrap or --strip-prefix", a->source_name,
+			  b->source_name, tensor_file(sd, a), b->name);
+}
+
 enum us_status us_sd_finalize(struct us_statedict *sd, struct us_err *err)
 {
-	if (sd->finalized)
-		return US_OK;
+	assert(!sd->finalized);
 	sd->finalized = true;
 	if (sd->ntensors > 1)
 		qsort(sd->tensors, sd->ntensors, sizeof(*sd->tensors),
@@ -364,9 +380,7 @@ enum us_status us_sd_finalize(struct us_statedict *sd, struct us_err *err)
 		const struct us_tensor *t = &sd->tensors[i];
 
 		if (i > 0 && strcmp(t->name, sd->tensors[i - 1].name) == 0)
-			return us_err_set(err, US_E_FORMAT, tensor_file(sd, t),
-					  "tensor '%s' is also in %s", t->name,
-					  tensor_file(sd, &sd->tensors[i - 1]));
+			return report_duplicate(sd, &sd->tensors[i - 1], t, err);
 		US_TRY(check_tensor(sd, t, err));
 	}
 	return US_OK;

@@ -131,9 +131,9 @@ struct us_tensor *us_sd_add_whole_tensor(struct us_statedict *sd,
 
 /*
  * us_sd_finalize - sort tensors by name, refuse duplicate names (naming
- * both files) and check the invariants above.  The source layer calls it
- * after a reader has described everything; a reader that needs us_sd_find()
- * may call it earlier (it runs once; tensors added afterwards are refused).
+ * both files, or both source keys when unwrapping made them collide) and
+ * check the invariants above.  Only the source layer calls it, once, after
+ * a reader has described everything and names were unwrapped.
  */
 enum us_status us_sd_finalize(struct us_statedict *sd, struct us_err *err);
 

@@ -325,26 +325,53 @@ static enum us_status st_index_shards(const cJSON *wm, const char *index,
 	return US_OK;
 }
 
-/* Every weight_map entry must name a tensor that its shard really holds. */
+static int cmp_source_name(const void *a, const void *b)
+{
+	return strcmp((*(const struct us_tensor *const *)a)->source_name,
+		      (*(const struct us_tensor *const *)b)->source_name);
+}
+
+static const struct us_tensor *find_source(const struct us_tensor **by_name,
+					   size_t n, const char *name)
+{
+	struct us_tensor key = { .source_name = name };
+	const struct us_tensor *kp = &key, **hit;
+
+	hit = bsearch(&kp, by_name, n, sizeof(*by_name), cmp_source_name);
+	return hit ? *hit : NULL;
+}
+
+/* Every weight_map entry must name a tensor that its shard really holds.
+ * Runs on source names, before unwrapping and finalize. */
 static enum us_status st_check_weight_map(const struct us_statedict *sd,
 					  const cJSON *wm, const char *index,
 					  struct us_err *err)
 {
-	for (const cJSON *c = wm->child; c; c = c->next) {
-		const struct us_tensor *t = us_sd_find(sd, c->string);
+	const struct us_tensor **by_name;
+	enum us_status rc = US_OK;
+
+	by_name = malloc((sd->ntensors + 1) * sizeof(*by_name));
+	if (!by_name)
+		return us_err_set(err, US_E_NOMEM, index, "out of memory");
+	for (size_t i = 0; i < sd->ntensors; i++)
+		by_name[i] = &sd->tensors[i];
+	qsort(by_name, sd->ntensors, sizeof(*by_name), cmp_source_name);
+	for (const cJSON *c = wm->child; c && rc == US_OK; c = c->next) {
+		const struct us_tensor *t = find_source(by_name, sd->ntensors,
+							c->string);
+		const char *in = t ? sd->files[t->chunks[0].src.file].relpath : NULL;
 
 		if (!t)
-			return us_err_set(err, US_E_FORMAT, c->valuestring,
-					  "has no tensor '%s' (%s says it does)",
-					  c->string, index);
-		if (strcmp(sd->files[t->chunks[0].src.file].relpath,
-			   c->valuestring) != 0)
-			return us_err_set(err, US_E_FORMAT, index,
-					  "weight_map puts '%s' in %s, but it is "
-					  "in %s", c->string, c->valuestring,
-					  sd->files[t->chunks[0].src.file].relpath);
+			rc = us_err_set(err, US_E_FORMAT, c->valuestring,
+					"has no tensor '%s' (%s says it does)",
+					c->string, index);
+		else if (strcmp(in, c->valuestring) != 0)
+			rc = us_err_set(err, US_E_FORMAT, index,
+					"weight_map puts '%s' in %s, but it is "
+					"in %s", c->string, c->valuestring, in);
 	}
-	return US_OK;
+	free(by_name);
+	return rc;
 }
 
 static enum us_status st_read_indexed(struct us_statedict *sd, int dirfd,
@@ -368,8 +395,6 @@ static enum us_status st_read_indexed(struct us_statedict *sd, int dirfd,
 		rc = st_index_shards(wm, index, &shards, &n, err);
 	for (size_t i = 0; rc == US_OK && i < n; i++)
 		rc = st_read_one(sd, dirfd, shards[i], err);
-	if (rc == US_OK)
-		rc = us_sd_finalize(sd, err);
 	if (rc == US_OK)
 		rc = st_check_weight_map(sd, wm, index, err);
 out:

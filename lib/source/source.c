@@ -92,6 +92,8 @@ enum us_status us_source_open(const char *path,
 	}
 	rc = r->read(sd, dirfd, file, err);
 	if (rc == US_OK)
+		rc = us_names_apply(sd, opts ? &opts->names : NULL, err);
+	if (rc == US_OK)
 		rc = us_sd_finalize(sd, err);
 	if (rc != US_OK) {
 		us_sd_free(sd);

@@ -10,9 +10,11 @@
 #include <stdbool.h>
 
 #include "../model.h"
+#include "../names.h"
 
 struct us_source_opts {
 	const char *format; /* "auto" (or NULL), "safetensors", ... */
+	struct us_names_opts names;
 };
 
 /*

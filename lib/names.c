@@ -1,0 +1,93 @@
+/* names.c - removing wrapper segments and prefixes from tensor names. */
+#include "names.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const wrapper_segments[] = {
+	"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod",
+	"_forward_module", "_fpw_module",
+};
+
+static bool is_wrapper(const char *seg, size_t len)
+{
+	for (size_t i = 0; i < sizeof(wrapper_segments) / sizeof(*wrapper_segments); i++)
+		if (strlen(wrapper_segments[i]) == len &&
+		    memcmp(wrapper_segments[i], seg, len) == 0)
+			return true;
+	return false;
+}
+
+/* Copy @src to @out segment by segment, dropping wrapper segments and the
+ * leading run of "module" segments. */
+static void drop_wrappers(const char *src, char *out)
+{
+	bool leading = true;
+	size_t o = 0;
+
+	for (const char *seg = src;;) {
+		const char *dot = strchr(seg, '.');
+		size_t len = dot ? (size_t)(dot - seg) : strlen(seg);
+		bool drop = is_wrapper(seg, len) ||
+			    (leading && len == 6 && memcmp(seg, "module", 6) == 0);
+
+		if (!drop) {
+			if (o)
+				out[o++] = '.';
+			memcpy(out + o, seg, len);
+			o += len;
+			leading = false;
+		}
+		if (!dot)
+			break;
+		seg = dot + 1;
+	}
+	out[o] = '\0';
+}
+
+/* Remove @prefix from @name when it ends on a segment boundary (or the
+ * prefix itself ends with a dot). */
+static void strip_prefix(char *name, const char *prefix)
+{
+	size_t p = strlen(prefix), n = strlen(name);
+
+	if (p == 0 || p >= n || memcmp(name, prefix, p) != 0)
+		return;
+	if (prefix[p - 1] != '.' && name[p] != '.')
+		return;
+	if (name[p] == '.')
+		p++;
+	memmove(name, name + p, n - p + 1);
+}
+
+void us_unwrap_name(const char *src, const struct us_names_opts *o, char *out)
+{
+	if (o && o->no_unwrap)
+		strcpy(out, src);
+	else
+		drop_wrappers(src, out);
+	for (size_t i = 0; o && i < o->nstrip; i++)
+		strip_prefix(out, o->strip_prefix[i]);
+	if (!*out)
+		strcpy(out, src);
+}
+
+enum us_status us_names_apply(struct us_statedict *sd,
+			      const struct us_names_opts *o,
+			      struct us_err *err)
+{
+	for (size_t i = 0; i < sd->ntensors; i++) {
+		struct us_tensor *t = &sd->tensors[i];
+		char *buf = malloc(strlen(t->source_name) + 1);
+
+		if (!buf)
+			return us_err_set(err, US_E_NOMEM, ".", "out of memory");
+		us_unwrap_name(t->source_name, o, buf);
+		if (strcmp(buf, t->source_name) != 0)
+			t->name = us_arena_strdup(&sd->arena, buf);
+		free(buf);
+		if (!t->name)
+			return us_err_set(err, US_E_NOMEM, ".", "out of memory");
+	}
+	return US_OK;
+}
