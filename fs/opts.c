@@ -216,7 +216,8 @@ int us_opts_parse(struct us_opts *o, int argc, char **argv)
 	if (o->help || o->version)
 		return 0;
 	if (!o->source || (!o->inspect && !o->mountpoint))
-		return usage_error("%s", o->inspect ? "inspect needs SOURCE"
-				   : "needs SOURCE and MOUNTPOINT");
+		return usage_error("%s", o->inspect ?
+				   "usage: unshardfs inspect [--json] SOURCE" :
+				   "usage: unshardfs [OPTIONS] SOURCE MOUNTPOINT");
 	return check_implemented(o);
 }
