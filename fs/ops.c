@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -147,21 +148,55 @@ static void us_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_open(req, fi);
 }
 
-/* One reply buffer per thread, grown to the largest request seen. */
-static _Thread_local char *tbuf;
-static _Thread_local size_t tbuf_cap;
+/*
+ * One reply buffer per thread, grown to the largest request seen, and freed
+ * by a key destructor when the loop retires the thread (idle threads come
+ * and go).  This is the "fixed per-thread buffer" of the memory bound.
+ */
+struct thread_buf {
+	char *p;
+	size_t cap;
+};
+
+static pthread_key_t tbuf_key;
+static pthread_once_t tbuf_once = PTHREAD_ONCE_INIT;
+
+static void tbuf_free(void *v)
+{
+	struct thread_buf *b = v;
+
+	free(b->p);
+	free(b);
+}
+
+static void tbuf_key_init(void)
+{
+	if (pthread_key_create(&tbuf_key, tbuf_free) != 0)
+		abort(); /* only EAGAIN/ENOMEM at start-up: nothing to serve */
+}
 
 static char *thread_buf(size_t size)
 {
-	if (size > tbuf_cap) {
-		char *p = realloc(tbuf, size);
+	struct thread_buf *b;
+
+	pthread_once(&tbuf_once, tbuf_key_init);
+	b = pthread_getspecific(tbuf_key);
+	if (!b) {
+		b = calloc(1, sizeof(*b));
+		if (!b || pthread_setspecific(tbuf_key, b) != 0) {
+			free(b);
+			return NULL;
+		}
+	}
+	if (size > b->cap) {
+		char *p = realloc(b->p, size);
 
 		if (!p)
 			return NULL;
-		tbuf = p;
-		tbuf_cap = size;
+		b->p = p;
+		b->cap = size;
 	}
-	return tbuf;
+	return b->p ? b->p : (b->p = malloc(1));
 }
 
 static void us_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
