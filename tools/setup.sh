@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# tools/setup.sh — set up everything unshardfs needs on a Debian 12 machine, idempotently:
+#   1. apt packages (only when one is missing, checked with dpkg -s)
+#   2. the Python venv for the integration tests, cached by the hash of
+#      tests/requirements.txt under ${UNSHARDFS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/unshardfs}
+#   3. the meson builds: build/ (debugoptimized) and build-asan/ (ASan + UBSan)
+#
+# Execute it (`bash tools/setup.sh`) or source it (`. tools/setup.sh`); sourced, it also
+# exports UNSHARDFS_VENV (the venv's path). Environment knobs:
+#   UNSHARDFS_CACHE     where venvs are cached
+#   UNSHARDFS_NO_ASAN=1 skip the ASan/UBSan build
+
+_unshardfs_root() { (cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd); }
+
+_unshardfs_venv_path() {
+    local root hash cache
+    root="$(_unshardfs_root)"
+    hash="$(sha256sum "$root/tests/requirements.txt" | cut -c1-16)"
+    cache="${UNSHARDFS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/unshardfs}"
+    printf '%s/venv-%s\n' "$cache" "$hash"
+}
+
+if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then
+    # Sourced: do the work in a child bash (so `set -e` cannot kill the caller's shell),
+    # then export the venv path into the caller.
+    bash "${BASH_SOURCE[0]}" "$@" || return $?
+    UNSHARDFS_VENV="$(_unshardfs_venv_path)"
+    export UNSHARDFS_VENV
+    return 0
+fi
+
+set -euo pipefail
+
+ROOT="$(_unshardfs_root)"
+cd "$ROOT"
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# ---------------------------------------------------------------- 1. system packages
+PACKAGES=(build-essential meson ninja-build pkg-config fuse3 libfuse3-dev libcjson-dev
+          libzstd-dev python3-venv attr strace)
+missing=()
+for p in "${PACKAGES[@]}"; do
+    if ! dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed'; then
+        missing+=("$p")
+    fi
+done
+if ((${#missing[@]})); then
+    SUDO=()
+    if [[ $(id -u) -ne 0 ]]; then
+        if command -v sudo >/dev/null 2>&1; then
+            SUDO=(sudo)
+        else
+            log "need root (or sudo) to install: ${missing[*]}"
+            exit 1
+        fi
+    fi
+    log "installing apt packages: ${missing[*]}"
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+    log "apt packages: all present"
+fi
+
+# ---------------------------------------------------------------- 2. python venv
+VENV="$(_unshardfs_venv_path)"
+MARKER="$VENV/.unshardfs-installed"
+if [[ -f "$MARKER" && -x "$VENV/bin/python" ]]; then
+    log "venv: reusing $VENV"
+else
+    log "venv: creating $VENV (first time: torch with its CUDA wheels, ~5.5 GB, a minute or two)"
+    rm -rf "$VENV"
+    mkdir -p "$(dirname "$VENV")"
+    python3 -m venv "$VENV"
+    start=$(date +%s)
+    "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input -q \
+        -r tests/requirements.txt
+    end=$(date +%s)
+    log "venv: pip install took $((end - start)) s"
+    sha256sum tests/requirements.txt > "$MARKER"
+fi
+
+# ---------------------------------------------------------------- 3. builds
+if [[ -f meson.build ]]; then
+    if [[ -f build/build.ninja ]]; then
+        meson setup --reconfigure build --buildtype=debugoptimized >/dev/null
+    else
+        meson setup build --buildtype=debugoptimized
+    fi
+    meson compile -C build
+    if [[ "${UNSHARDFS_NO_ASAN:-0}" != 1 ]]; then
+        if [[ -f build-asan/build.ninja ]]; then
+            meson setup --reconfigure build-asan -Db_sanitize=address,undefined \
+                -Db_lundef=false --buildtype=debug >/dev/null
+        else
+            meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false \
+                --buildtype=debug
+        fi
+        meson compile -C build-asan
+    fi
+else
+    log "no meson.build yet: skipping the build"
+fi
+
+log "binary: $ROOT/build/fs/unshardfs"
+echo "UNSHARDFS_VENV=$VENV"
