@@ -11,6 +11,7 @@
 
 static const struct us_reader *const readers[] = {
 	&us_reader_safetensors,
+	&us_reader_torch,
 };
 
 #define NREADERS (sizeof(readers) / sizeof(readers[0]))
@@ -81,8 +82,8 @@ enum us_status us_source_open(const char *path,
 	}
 	if (!r) {
 		rc = us_err_set(err, US_E_FORMAT, file ? file : ".",
-				"no checkpoint found (no *.safetensors file or "
-				"index)");
+				"no checkpoint found (no safetensors, torch.save "
+				"or index file)");
 		goto fail;
 	}
 	sd = us_sd_new();

@@ -1,0 +1,626 @@
+/*
+ * pickle.c - the restricted pickle VM (see pickle.h).
+ *
+ * Each opcode creates at most one node, so memory is bounded by the input
+ * size; the value stack, mark stack and memo grow with the input too.  Any
+ * opcode that would need code to run (or out-of-band buffers) is refused.
+ */
+#include "pickle.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct memo_slot {
+	uint32_t key;
+	bool used;
+	struct us_pk *val;
+};
+
+struct vm {
+	const unsigned char *p, *end;
+	struct us_arena *a;
+	struct us_pk **stack;
+	size_t sp, scap;
+	size_t *marks;
+	size_t nmarks, mcap;
+	struct memo_slot *memo;
+	size_t memo_n, memo_cap; /* open addressing, power-of-two capacity */
+	const char *why;
+};
+
+#define FAIL(vm, msg) ((vm)->why = (msg), -1)
+
+/* ---- allocation ----------------------------------------------------------- */
+
+static struct us_pk *node(struct vm *vm, enum us_pk_kind kind)
+{
+	struct us_pk *n = us_arena_alloc(vm->a, sizeof(*n));
+
+	if (n)
+		n->kind = kind;
+	return n;
+}
+
+static int seq_push(struct vm *vm, struct us_pk_seq *s, struct us_pk *v)
+{
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 4;
+		struct us_pk **nv = us_arena_calloc(vm->a, cap, sizeof(*nv));
+
+		if (!nv)
+			return FAIL(vm, "out of memory");
+		if (s->n)
+			memcpy(nv, s->v, s->n * sizeof(*nv));
+		s->v = nv;
+		s->cap = cap;
+	}
+	s->v[s->n++] = v;
+	return 0;
+}
+
+static struct us_pk_coll *coll_of(struct vm *vm, struct us_pk *n)
+{
+	if (!n->coll)
+		n->coll = us_arena_alloc(vm->a, sizeof(*n->coll));
+	return n->coll;
+}
+
+/* ---- stacks --------------------------------------------------------------- */
+
+static int push(struct vm *vm, struct us_pk *v)
+{
+	if (!v)
+		return FAIL(vm, "out of memory");
+	if (vm->sp == vm->scap) {
+		size_t cap = vm->scap ? vm->scap * 2 : 64;
+		void *p = realloc(vm->stack, cap * sizeof(*vm->stack));
+
+		if (!p)
+			return FAIL(vm, "out of memory");
+		vm->stack = p;
+		vm->scap = cap;
+	}
+	vm->stack[vm->sp++] = v;
+	return 0;
+}
+
+/* The top of the stack, which must not be a MARK (or below the last one). */
+static struct us_pk *top(struct vm *vm)
+{
+	size_t floor = vm->nmarks ? vm->marks[vm->nmarks - 1] : 0;
+
+	return vm->sp > floor ? vm->stack[vm->sp - 1] : NULL;
+}
+
+static struct us_pk *pop(struct vm *vm)
+{
+	struct us_pk *v = top(vm);
+
+	if (v)
+		vm->sp--;
+	return v;
+}
+
+static int push_mark(struct vm *vm)
+{
+	if (vm->nmarks == vm->mcap) {
+		size_t cap = vm->mcap ? vm->mcap * 2 : 16;
+		void *p = realloc(vm->marks, cap * sizeof(*vm->marks));
+
+		if (!p)
+			return FAIL(vm, "out of memory");
+		vm->marks = p;
+		vm->mcap = cap;
+	}
+	vm->marks[vm->nmarks++] = vm->sp;
+	return 0;
+}
+
+/* Pop to the last MARK: the items are stack[*from .. sp). */
+static int pop_mark(struct vm *vm, size_t *from)
+{
+	if (!vm->nmarks)
+		return FAIL(vm, "no MARK on the stack");
+	*from = vm->marks[--vm->nmarks];
+	return 0;
+}
+
+/* ---- memo ----------------------------------------------------------------- */
+
+static struct memo_slot *memo_find(struct vm *vm, uint32_t key)
+{
+	size_t mask = vm->memo_cap - 1, i = (key * 2654435761u) & mask;
+
+	while (vm->memo[i].used && vm->memo[i].key != key)
+		i = (i + 1) & mask;
+	return &vm->memo[i];
+}
+
+static int memo_put(struct vm *vm, uint32_t key, struct us_pk *v)
+{
+	struct memo_slot *s;
+
+	if (!v)
+		return FAIL(vm, "memo of an empty stack");
+	if ((vm->memo_n + 1) * 2 > vm->memo_cap) {
+		struct memo_slot *old = vm->memo;
+		size_t ocap = vm->memo_cap;
+
+		vm->memo_cap = ocap ? ocap * 2 : 256;
+		vm->memo = calloc(vm->memo_cap, sizeof(*vm->memo));
+		if (!vm->memo) {
+			vm->memo = old;
+			vm->memo_cap = ocap;
+			return FAIL(vm, "out of memory");
+		}
+		for (size_t i = 0; i < ocap; i++)
+			if (old[i].used)
+				*memo_find(vm, old[i].key) = old[i];
+		free(old);
+	}
+	s = memo_find(vm, key);
+	if (!s->used)
+		vm->memo_n++;
+	s->used = true;
+	s->key = key;
+	s->val = v;
+	return 0;
+}
+
+static int memo_get(struct vm *vm, uint32_t key)
+{
+	struct memo_slot *s = vm->memo_cap ? memo_find(vm, key) : NULL;
+
+	if (!s || !s->used)
+		return FAIL(vm, "memo reference to an unset slot");
+	return push(vm, s->val);
+}
+
+/* ---- reading the input ---------------------------------------------------- */
+
+static int need(struct vm *vm, size_t n)
+{
+	return (size_t)(vm->end - vm->p) >= n ? 0 : FAIL(vm, "truncated");
+}
+
+static uint64_t rd_le(struct vm *vm, unsigned n)
+{
+	uint64_t v = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		v |= (uint64_t)vm->p[i] << (8 * i);
+	vm->p += n;
+	return v;
+}
+
+/* A string of @n bytes from the input, copied NUL-terminated. */
+static int push_string(struct vm *vm, enum us_pk_kind kind, uint64_t n)
+{
+	struct us_pk *s;
+	char *copy;
+
+	if ((uint64_t)(vm->end - vm->p) < n)
+		return FAIL(vm, "string runs past the end");
+	s = node(vm, kind);
+	copy = us_arena_strndup(vm->a, (const char *)vm->p, (size_t)n);
+	if (!s || !copy)
+		return FAIL(vm, "out of memory");
+	s->u.str.s = copy;
+	s->u.str.len = (size_t)n;
+	vm->p += n;
+	return push(vm, s);
+}
+
+static int push_int(struct vm *vm, int64_t v)
+{
+	struct us_pk *n = node(vm, US_PK_INT);
+
+	if (n)
+		n->u.i = v;
+	return push(vm, n);
+}
+
+/* LONG1/LONG4: little-endian two's complement of @n bytes. */
+static int push_long(struct vm *vm, uint64_t n)
+{
+	struct us_pk *v;
+	uint64_t u = 0;
+
+	if ((uint64_t)(vm->end - vm->p) < n)
+		return FAIL(vm, "long runs past the end");
+	if (n > 8) {
+		vm->p += n;
+		return push(vm, node(vm, US_PK_BIGINT));
+	}
+	for (unsigned i = 0; i < n; i++)
+		u |= (uint64_t)vm->p[i] << (8 * i);
+	if (n && n < 8 && (vm->p[n - 1] & 0x80))
+		u |= ~(uint64_t)0 << (8 * n); /* sign-extend */
+	vm->p += n;
+	v = node(vm, US_PK_INT);
+	if (v)
+		v->u.i = (int64_t)u;
+	return push(vm, v);
+}
+
+/* Protocol-0 text line (INT, LONG, GLOBAL): up to '\n'. */
+static int read_line(struct vm *vm, const char **s, size_t *len)
+{
+	const unsigned char *nl = memchr(vm->p, '\n', (size_t)(vm->end - vm->p));
+
+	if (!nl)
+		return FAIL(vm, "unterminated line");
+	*s = (const char *)vm->p;
+	*len = (size_t)(nl - vm->p);
+	vm->p = nl + 1;
+	return 0;
+}
+
+static int push_global(struct vm *vm, const char *mod, size_t mlen,
+		       const char *name, size_t nlen)
+{
+	struct us_pk *g = node(vm, US_PK_GLOBAL);
+
+	if (!g)
+		return FAIL(vm, "out of memory");
+	g->u.global.module = us_arena_strndup(vm->a, mod, mlen);
+	g->u.global.name = us_arena_strndup(vm->a, name, nlen);
+	if (!g->u.global.module || !g->u.global.name)
+		return FAIL(vm, "out of memory");
+	return push(vm, g);
+}
+
+/* ---- opcodes that build containers ---------------------------------------- */
+
+static int make_seq(struct vm *vm, enum us_pk_kind kind, size_t from)
+{
+	struct us_pk *t = node(vm, kind);
+
+	if (!t)
+		return FAIL(vm, "out of memory");
+	for (size_t i = from; i < vm->sp; i++)
+		if (seq_push(vm, &t->u.seq, vm->stack[i]) < 0)
+			return -1;
+	vm->sp = from;
+	return push(vm, t);
+}
+
+static int tuple_n(struct vm *vm, size_t n)
+{
+	size_t floor = vm->nmarks ? vm->marks[vm->nmarks - 1] : 0;
+
+	if (vm->sp - floor < n)
+		return FAIL(vm, "stack underflow");
+	return make_seq(vm, US_PK_TUPLE, vm->sp - n);
+}
+
+/* SETITEM(S): pairs stack[from..sp) into the dict (or dict-like call) below. */
+static int set_items(struct vm *vm, size_t from)
+{
+	struct us_pk *d;
+	struct us_pk_coll *c;
+
+	if ((vm->sp - from) % 2 || from == 0 ||
+	    (vm->nmarks && vm->marks[vm->nmarks - 1] >= from))
+		return FAIL(vm, "bad SETITEMS");
+	d = vm->stack[from - 1];
+	if (d->kind != US_PK_DICT && d->kind != US_PK_CALL)
+		return FAIL(vm, "SETITEMS on something that is not a dict");
+	c = coll_of(vm, d);
+	if (!c)
+		return FAIL(vm, "out of memory");
+	for (size_t i = from; i < vm->sp; i += 2)
+		if (seq_push(vm, &c->keys, vm->stack[i]) < 0 ||
+		    seq_push(vm, &c->vals, vm->stack[i + 1]) < 0)
+			return -1;
+	vm->sp = from;
+	return 0;
+}
+
+/* APPEND(S) / ADDITEMS: into the list, set or list-like call below. */
+static int append_items(struct vm *vm, size_t from)
+{
+	struct us_pk *l;
+	struct us_pk_seq *s;
+
+	if (from == 0 || (vm->nmarks && vm->marks[vm->nmarks - 1] >= from))
+		return FAIL(vm, "bad APPENDS");
+	l = vm->stack[from - 1];
+	if (l->kind == US_PK_LIST || l->kind == US_PK_SET)
+		s = &l->u.seq;
+	else if (l->kind == US_PK_CALL && coll_of(vm, l))
+		s = &l->coll->items;
+	else
+		return FAIL(vm, "APPENDS on something that is not a list");
+	for (size_t i = from; i < vm->sp; i++)
+		if (seq_push(vm, s, vm->stack[i]) < 0)
+			return -1;
+	vm->sp = from;
+	return 0;
+}
+
+static int op_call(struct vm *vm)
+{
+	struct us_pk *args = pop(vm), *fn = pop(vm), *c;
+
+	if (!args || !fn || args->kind != US_PK_TUPLE)
+		return FAIL(vm, "REDUCE/NEWOBJ without callable and argument tuple");
+	c = node(vm, US_PK_CALL);
+	if (!c)
+		return FAIL(vm, "out of memory");
+	c->u.call.fn = fn;
+	c->u.call.args = args;
+	return push(vm, c);
+}
+
+static int op_build(struct vm *vm)
+{
+	struct us_pk *state = pop(vm), *obj = top(vm);
+
+	if (!state || !obj)
+		return FAIL(vm, "BUILD without object and state");
+	if (obj->kind == US_PK_CALL)
+		obj->u.call.state = state;
+	/* BUILD on anything else (a global) is state we have no use for. */
+	return 0;
+}
+
+static int op_stack_global(struct vm *vm)
+{
+	struct us_pk *name = pop(vm), *mod = pop(vm);
+
+	if (!name || !mod || name->kind != US_PK_STR || mod->kind != US_PK_STR)
+		return FAIL(vm, "STACK_GLOBAL needs two strings");
+	return push_global(vm, mod->u.str.s, mod->u.str.len, name->u.str.s,
+			   name->u.str.len);
+}
+
+static int op_text_global(struct vm *vm)
+{
+	const char *mod, *name;
+	size_t ml, nl;
+
+	if (read_line(vm, &mod, &ml) < 0 || read_line(vm, &name, &nl) < 0)
+		return -1;
+	return push_global(vm, mod, ml, name, nl);
+}
+
+static int op_text_int(struct vm *vm, bool is_long)
+{
+	const char *s;
+	size_t len;
+	char buf[32], *end;
+	long long v;
+
+	if (read_line(vm, &s, &len) < 0)
+		return -1;
+	if (is_long && len && s[len - 1] == 'L')
+		len--;
+	if (len == 0 || len >= sizeof(buf))
+		return len ? push(vm, node(vm, US_PK_BIGINT)) : FAIL(vm, "bad INT");
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	if (!is_long && (!strcmp(buf, "00") || !strcmp(buf, "01"))) {
+		struct us_pk *b = node(vm, US_PK_BOOL);
+
+		if (b)
+			b->u.b = buf[1] == '1';
+		return push(vm, b);
+	}
+	v = strtoll(buf, &end, 10);
+	if (*end)
+		return FAIL(vm, "bad INT");
+	return push_int(vm, v);
+}
+
+static int op_binfloat(struct vm *vm)
+{
+	struct us_pk *f;
+	uint64_t bits = 0;
+
+	if (need(vm, 8) < 0)
+		return -1;
+	for (int i = 0; i < 8; i++) /* big-endian */
+		bits = bits << 8 | vm->p[i];
+	vm->p += 8;
+	f = node(vm, US_PK_FLOAT);
+	if (f)
+		memcpy(&f->u.f, &bits, sizeof(f->u.f));
+	return push(vm, f);
+}
+
+static int push_bool(struct vm *vm, bool b)
+{
+	struct us_pk *n = node(vm, US_PK_BOOL);
+
+	if (n)
+		n->u.b = b;
+	return push(vm, n);
+}
+
+static int op_persid(struct vm *vm)
+{
+	struct us_pk *id = pop(vm), *n;
+
+	if (!id)
+		return FAIL(vm, "BINPERSID on an empty stack");
+	n = node(vm, US_PK_PERSID);
+	if (n)
+		n->u.persid = id;
+	return push(vm, n);
+}
+
+/* ---- the dispatch loop ---------------------------------------------------- */
+
+/* Opcodes with a little-endian length or index operand of @n bytes. */
+static int op_sized(struct vm *vm, unsigned char op, unsigned n)
+{
+	uint64_t v;
+
+	if (need(vm, n) < 0)
+		return -1;
+	v = rd_le(vm, n);
+	switch (op) {
+	case 'J': return push_int(vm, (int32_t)(uint32_t)v);   /* BININT */
+	case 'K': case 'M': return push_int(vm, (int64_t)v);   /* BININT1/2 */
+	case 'h': case 'j': return memo_get(vm, (uint32_t)v);  /* BINGET */
+	case 'q': case 'r': return memo_put(vm, (uint32_t)v, top(vm)); /* BINPUT */
+	case 'U': case 'T': case 'C': case 'B': case 0x8e: case 0x96:
+		return push_string(vm, US_PK_BYTES, v);
+	case 'X': case 0x8c: case 0x8d:
+		return push_string(vm, US_PK_STR, v);
+	case 0x8a: case 0x8b:
+		return push_long(vm, v);
+	case 0x95: return 0;                                   /* FRAME */
+	}
+	return FAIL(vm, "internal: unknown sized opcode");
+}
+
+static unsigned operand_size(unsigned char op)
+{
+	switch (op) {
+	case 'K': case 'h': case 'q': case 'U': case 'C': case 0x8a: case 0x8c:
+		return 1;
+	case 'M':
+		return 2;
+	case 'J': case 'j': case 'r': case 'T': case 'B': case 'X': case 0x8b:
+		return 4;
+	case 0x8d: case 0x8e: case 0x95: case 0x96:
+		return 8;
+	}
+	return 0;
+}
+
+static int step(struct vm *vm, unsigned char op)
+{
+	size_t from;
+	unsigned n = operand_size(op);
+
+	if (n)
+		return op_sized(vm, op, n);
+	switch (op) {
+	case 0x80: /* PROTO */
+		if (need(vm, 1) < 0)
+			return -1;
+		return vm->p++[0] <= 5 ? 0 : FAIL(vm, "pickle protocol above 5");
+	case '(': return push_mark(vm);
+	case '0': return pop(vm) ? 0 : FAIL(vm, "POP on an empty stack");
+	case '1': return pop_mark(vm, &from) < 0 ? -1 : (vm->sp = from, 0);
+	case '2': return top(vm) ? push(vm, top(vm)) : FAIL(vm, "DUP on an empty stack");
+	case 'N': return push(vm, node(vm, US_PK_NONE));
+	case 0x88: return push_bool(vm, true);
+	case 0x89: return push_bool(vm, false);
+	case 'I': return op_text_int(vm, false);
+	case 'L': return op_text_int(vm, true);
+	case 'G': return op_binfloat(vm);
+	case ')': return push(vm, node(vm, US_PK_TUPLE));
+	case ']': return push(vm, node(vm, US_PK_LIST));
+	case '}': return push(vm, node(vm, US_PK_DICT));
+	case 0x8f: return push(vm, node(vm, US_PK_SET));
+	case 't': return pop_mark(vm, &from) < 0 ? -1 : make_seq(vm, US_PK_TUPLE, from);
+	case 'l': return pop_mark(vm, &from) < 0 ? -1 : make_seq(vm, US_PK_LIST, from);
+	case 0x91: return pop_mark(vm, &from) < 0 ? -1 : make_seq(vm, US_PK_SET, from);
+	case 'd':
+		if (pop_mark(vm, &from) < 0 || push(vm, node(vm, US_PK_DICT)) < 0)
+			return -1;
+		/* Move the dict below its items, then set them. */
+		memmove(vm->stack + from + 1, vm->stack + from,
+			(vm->sp - 1 - from) * sizeof(*vm->stack));
+		vm->stack[from] = node(vm, US_PK_DICT);
+		return vm->stack[from] ? (vm->sp--, set_items(vm, from + 1))
+				       : FAIL(vm, "out of memory");
+	case 0x85: return tuple_n(vm, 1);
+	case 0x86: return tuple_n(vm, 2);
+	case 0x87: return tuple_n(vm, 3);
+	case 's': return vm->sp >= 2 ? set_items(vm, vm->sp - 2) : FAIL(vm, "bad SETITEM");
+	case 'u': return pop_mark(vm, &from) < 0 ? -1 : set_items(vm, from);
+	case 'a': return vm->sp >= 1 ? append_items(vm, vm->sp - 1) : FAIL(vm, "bad APPEND");
+	case 'e': case 0x90:
+		return pop_mark(vm, &from) < 0 ? -1 : append_items(vm, from);
+	case 'c': return op_text_global(vm);
+	case 0x93: return op_stack_global(vm);
+	case 'R': case 0x81: return op_call(vm);
+	case 0x92: /* NEWOBJ_EX: cls, args, kwargs -> drop kwargs */
+		return pop(vm) ? op_call(vm) : FAIL(vm, "bad NEWOBJ_EX");
+	case 'b': return op_build(vm);
+	case 'Q': return op_persid(vm);
+	case 0x94: return memo_put(vm, (uint32_t)vm->memo_n, top(vm)); /* MEMOIZE */
+	}
+	return FAIL(vm, "unsupported pickle opcode");
+}
+
+int us_pickle_load(const unsigned char *data, size_t len, struct us_arena *arena,
+		   struct us_pk **out, size_t *used, const char **why)
+{
+	struct vm vm = { .p = data, .end = data + len, .a = arena };
+	int rc = -1;
+
+	while (vm.p < vm.end) {
+		unsigned char op = *vm.p++;
+
+		if (op == '.') { /* STOP */
+			if (vm.sp != 1 || vm.nmarks)
+				vm.why = "STOP with a stack that is not one value";
+			else
+				rc = 0;
+			break;
+		}
+		if (step(&vm, op) < 0)
+			break;
+	}
+	if (rc == 0) {
+		*out = vm.stack[0];
+		*used = (size_t)(vm.p - data);
+	} else {
+		*why = vm.why ? vm.why : "no STOP opcode: truncated";
+	}
+	free(vm.stack);
+	free(vm.marks);
+	free(vm.memo);
+	return rc;
+}
+
+/* ---- pattern-matching helpers --------------------------------------------- */
+
+bool us_pk_is_global(const struct us_pk *p, const char *module, const char *name)
+{
+	return p && p->kind == US_PK_GLOBAL && !strcmp(p->u.global.module, module) &&
+	       !strcmp(p->u.global.name, name);
+}
+
+bool us_pk_global_named(const struct us_pk *p, const char *name)
+{
+	return p && p->kind == US_PK_GLOBAL && !strcmp(p->u.global.name, name);
+}
+
+bool us_pk_is_str(const struct us_pk *p, const char *s)
+{
+	return p && p->kind == US_PK_STR && strlen(s) == p->u.str.len &&
+	       !memcmp(p->u.str.s, s, p->u.str.len);
+}
+
+bool us_pk_is_dictlike(const struct us_pk *p)
+{
+	return p && (p->kind == US_PK_DICT || (p->kind == US_PK_CALL && p->coll &&
+					       p->coll->keys.n));
+}
+
+struct us_pk *us_pk_dict_get(const struct us_pk *d, const char *key)
+{
+	if (!d || !d->coll)
+		return NULL;
+	for (size_t i = d->coll->keys.n; i-- > 0;)
+		if (us_pk_is_str(d->coll->keys.v[i], key))
+			return d->coll->vals.v[i];
+	return NULL;
+}
+
+size_t us_pk_len(const struct us_pk *t)
+{
+	return t && (t->kind == US_PK_TUPLE || t->kind == US_PK_LIST) ? t->u.seq.n : 0;
+}
+
+struct us_pk *us_pk_at(const struct us_pk *t, size_t i)
+{
+	return i < us_pk_len(t) ? t->u.seq.v[i] : NULL;
+}

@@ -1,0 +1,233 @@
+/* zip.c - end records, zip64, central directory, local headers. */
+#include "zip.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../io.h"
+
+#define SIG_LOCAL 0x04034b50u
+#define SIG_CENTRAL 0x02014b50u
+#define SIG_EOCD 0x06054b50u
+#define SIG_EOCD64 0x06064b50u
+#define SIG_LOC64 0x07064b50u
+#define EOCD_LEN 22u
+#define LOC64_LEN 20u
+#define EOCD64_LEN 56u
+#define CENTRAL_LEN 46u
+#define LOCAL_LEN 30u
+#define MAX_COMMENT 65535u
+#define MAX_CD (256ull << 20)
+
+static uint64_t le(const unsigned char *p, unsigned n)
+{
+	uint64_t v = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+static int rd(const struct us_zip *z, void *buf, size_t n, uint64_t off)
+{
+	return us_pread_full(z->fd, buf, n, z->base + off);
+}
+
+/* Find the classic end record: scan back over a possible comment. */
+static int find_eocd(struct us_zip *z, unsigned char *tail, size_t tlen,
+		     uint64_t *eocd)
+{
+	uint64_t start = z->len - tlen;
+
+	if (rd(z, tail, tlen, start) < 0)
+		return -1;
+	for (size_t i = tlen - EOCD_LEN + 1; i-- > 0;) {
+		if (le(tail + i, 4) == SIG_EOCD &&
+		    i + EOCD_LEN + le(tail + i + 20, 2) == tlen) {
+			*eocd = start + i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* Zip64: the locator sits right before the classic end record. */
+static int read_zip64(struct us_zip *z, uint64_t eocd, uint64_t *count,
+		      uint64_t *cd_size, uint64_t *cd_off, uint64_t *end,
+		      const char **why)
+{
+	unsigned char loc[LOC64_LEN], rec[EOCD64_LEN];
+	uint64_t off;
+
+	if (eocd < LOC64_LEN || rd(z, loc, LOC64_LEN, eocd - LOC64_LEN) < 0 ||
+	    le(loc, 4) != SIG_LOC64)
+		return 0; /* no zip64: the classic values stand */
+	off = le(loc + 8, 8);
+	if (off > eocd - LOC64_LEN || eocd - LOC64_LEN - off < EOCD64_LEN ||
+	    rd(z, rec, EOCD64_LEN, off) < 0 || le(rec, 4) != SIG_EOCD64) {
+		*why = "bad zip64 end record";
+		return -1;
+	}
+	*count = le(rec + 32, 8);
+	*cd_size = le(rec + 40, 8);
+	*cd_off = le(rec + 48, 8);
+	*end = off;
+	return 0;
+}
+
+/* Zip64 extended information: the 8-byte values of the fields that are
+ * 0xFFFFFFFF in the fixed part, in the order size, csize, local offset. */
+static int central_zip64(const unsigned char *extra, size_t elen,
+			 uint64_t *size, uint64_t *csize, uint64_t *loff)
+{
+	uint64_t *fields[3] = {size, csize, loff};
+
+	while (elen >= 4) {
+		size_t id = le(extra, 2), dlen = le(extra + 2, 2), pos = 4;
+
+		if (dlen > elen - 4)
+			return -1;
+		if (id == 1) {
+			for (int f = 0; f < 3; f++) {
+				if (*fields[f] != 0xFFFFFFFFu)
+					continue;
+				if (pos + 8 > 4 + dlen)
+					return -1;
+				*fields[f] = le(extra + pos, 8);
+				pos += 8;
+			}
+			return 0;
+		}
+		extra += 4 + dlen;
+		elen -= 4 + dlen;
+	}
+	return 0;
+}
+
+static int parse_central(struct us_zip *z, const unsigned char *cd,
+			 uint64_t cd_size, uint64_t count,
+			 struct us_arena *a, const char **why)
+{
+	uint64_t pos = 0;
+
+	for (uint64_t i = 0; i < count; i++) {
+		struct us_zip_entry *e = &z->v[i];
+		const unsigned char *h = cd + pos;
+		uint64_t nlen, elen, clen, csize;
+
+		if (cd_size - pos < CENTRAL_LEN || le(h, 4) != SIG_CENTRAL)
+			return *why = "bad central directory entry", -1;
+		nlen = le(h + 28, 2);
+		elen = le(h + 30, 2);
+		clen = le(h + 32, 2);
+		if (cd_size - pos - CENTRAL_LEN < nlen + elen + clen)
+			return *why = "central directory entry runs past its end", -1;
+		if (le(h + 10, 2) != 0)
+			return *why = "compressed zip entry (torch writes stored entries)", -1;
+		csize = le(h + 20, 4);
+		e->size = le(h + 24, 4);
+		e->local_off = le(h + 42, 4);
+		if (central_zip64(h + CENTRAL_LEN + nlen, elen, &e->size, &csize,
+				  &e->local_off) < 0 || csize != e->size)
+			return *why = "bad zip64 sizes in the central directory", -1;
+		e->name = us_arena_strndup(a, (const char *)h + CENTRAL_LEN, nlen);
+		if (!e->name || strlen(e->name) != nlen)
+			return *why = "bad zip entry name", -1;
+		pos += CENTRAL_LEN + nlen + elen + clen;
+	}
+	return 0;
+}
+
+static int set_prefix(struct us_zip *z, struct us_arena *a, const char **why)
+{
+	const char *slash;
+
+	if (z->n == 0)
+		return *why = "empty zip archive", -1;
+	slash = strchr(z->v[0].name, '/');
+	if (!slash)
+		return *why = "zip records are not under one folder", -1;
+	z->prefix = us_arena_strndup(a, z->v[0].name, (size_t)(slash - z->v[0].name));
+	return z->prefix ? 0 : (*why = "out of memory", -1);
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+	return strcmp(((const struct us_zip_entry *)a)->name,
+		      ((const struct us_zip_entry *)b)->name);
+}
+
+int us_zip_open(struct us_zip *z, int fd, uint64_t base, uint64_t len,
+		struct us_arena *a, const char **why)
+{
+	unsigned char tail[EOCD_LEN + MAX_COMMENT], *cd;
+	uint64_t eocd, count, cd_size, cd_off, end;
+	size_t tlen = len < sizeof(tail) ? (size_t)len : sizeof(tail);
+	int rc;
+
+	memset(z, 0, sizeof(*z));
+	z->fd = fd;
+	z->base = base;
+	z->len = len;
+	if (len < EOCD_LEN || find_eocd(z, tail, tlen, &eocd) < 0)
+		return *why = "not a zip archive (no end record)", -1;
+	count = le(tail + (eocd - (len - tlen)) + 10, 2);
+	cd_size = le(tail + (eocd - (len - tlen)) + 12, 4);
+	cd_off = le(tail + (eocd - (len - tlen)) + 16, 4);
+	end = eocd;
+	if (read_zip64(z, eocd, &count, &cd_size, &cd_off, &end, why) < 0)
+		return -1;
+	if (cd_off > end || cd_size > end - cd_off || cd_size > MAX_CD ||
+	    count > cd_size / CENTRAL_LEN)
+		return *why = "central directory out of range", -1;
+	z->cd_off = cd_off;
+	z->v = us_arena_calloc(a, (size_t)count + 1, sizeof(*z->v));
+	cd = malloc((size_t)cd_size + 1);
+	if (!z->v || !cd) {
+		free(cd);
+		return *why = "out of memory", -1;
+	}
+	rc = rd(z, cd, (size_t)cd_size, cd_off);
+	if (rc < 0)
+		*why = "cannot read the central directory";
+	else
+		rc = parse_central(z, cd, cd_size, count, a, why);
+	free(cd);
+	z->n = (size_t)count;
+	if (rc < 0 || set_prefix(z, a, why) < 0)
+		return -1;
+	/* Sorted for us_zip_find; the prefix came from the first entry. */
+	qsort(z->v, z->n, sizeof(*z->v), cmp_entry);
+	return 0;
+}
+
+const struct us_zip_entry *us_zip_find(const struct us_zip *z, const char *record)
+{
+	struct us_zip_entry key;
+	char *name;
+	const struct us_zip_entry *hit;
+
+	if (asprintf(&name, "%s/%s", z->prefix, record) < 0)
+		return NULL;
+	key.name = name;
+	hit = bsearch(&key, z->v, z->n, sizeof(*z->v), cmp_entry);
+	free(name);
+	return hit;
+}
+
+int us_zip_data(const struct us_zip *z, const struct us_zip_entry *e,
+		uint64_t *off, const char **why)
+{
+	unsigned char h[LOCAL_LEN];
+	uint64_t data;
+
+	if (e->local_off > z->cd_off || z->cd_off - e->local_off < LOCAL_LEN ||
+	    rd(z, h, LOCAL_LEN, e->local_off) < 0 || le(h, 4) != SIG_LOCAL)
+		return *why = "bad local zip header", -1;
+	data = e->local_off + LOCAL_LEN + le(h + 26, 2) + le(h + 28, 2);
+	if (data > z->cd_off || e->size > z->cd_off - data)
+		return *why = "zip record data runs past the central directory", -1;
+	*off = data;
+	return 0;
+}

@@ -1,0 +1,51 @@
+/*
+ * zip.h - the zip reader for torch.save archives (a .bin/.pt file, or one
+ * item of a DCP .distcp file, which is an archive embedded at an offset).
+ *
+ * Only what torch writes is accepted: STORED entries (compressed size =
+ * size), zip64 where needed.  A record's data offset is taken from its LOCAL
+ * header (30 + name length + extra length), whose extra field differs from
+ * the central directory's (formats.md).  Local headers are read lazily, only
+ * for the records a reader asks for.  Offsets are relative to the archive.
+ */
+#ifndef US_ZIP_H
+#define US_ZIP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../arena.h"
+
+struct us_zip_entry {
+	const char *name;
+	uint64_t size;      /* stored = uncompressed size */
+	uint64_t local_off; /* offset of the local header */
+};
+
+struct us_zip {
+	int fd;
+	uint64_t base, len;  /* the archive is bytes [base, base + len) of fd */
+	uint64_t cd_off;     /* the central directory: data must end before it */
+	struct us_zip_entry *v;
+	size_t n;
+	const char *prefix;  /* before the first '/' of the first entry */
+};
+
+/*
+ * us_zip_open - read the end records and the central directory of the
+ * archive at [@base, @base + @len) of @fd.  Returns 0, or -1 with *@why set.
+ */
+int us_zip_open(struct us_zip *z, int fd, uint64_t base, uint64_t len,
+		struct us_arena *arena, const char **why);
+
+/* us_zip_find - the entry "<prefix>/<record>", or NULL. */
+const struct us_zip_entry *us_zip_find(const struct us_zip *z, const char *record);
+
+/*
+ * us_zip_data - the offset (relative to the archive) of @e's data, from its
+ * local header, checked to lie with its size before the central directory.
+ */
+int us_zip_data(const struct us_zip *z, const struct us_zip_entry *e,
+		uint64_t *off, const char **why);
+
+#endif /* US_ZIP_H */

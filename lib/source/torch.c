@@ -1,0 +1,336 @@
+/*
+ * torch.c - the torch.save reader: a .bin/.pt/.pth/.ckpt file, a directory
+ * holding one, or HF shards with pytorch_model.bin.index.json.
+ *
+ * The pickle is walked for tensors; nested dicts and lists give dotted names.
+ * Container rule (design.md): when the model's tensors live under one
+ * top-level key ({"epoch": 3, "model": {...}, "optimizer": {...}}), that key
+ * is not part of the names; optimizer containers never feed the model view.
+ * Tensors that share a storage keep pointing at the same bytes (ties).
+ */
+#include "source.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../codec/jsonw.h"
+#include "../io.h"
+#include "../path.h"
+#include "index.h"
+#include "torchpkl.h"
+
+#define TORCH_INDEX_SUFFIX ".bin.index.json"
+#define MAX_WALK_DEPTH 64
+
+struct walk {
+	struct us_statedict *sd;
+	const struct us_torch_archive *ta;
+	uint32_t file;
+	struct us_err *err;
+};
+
+static bool is_optimizer_key(const char *k)
+{
+	return !strcmp(k, "optim") || !strcmp(k, "optimizer") ||
+	       !strncmp(k, "optimizer_", 10) || !strcmp(k, "optimizers") ||
+	       !strcmp(k, "lr_scheduler") || !strcmp(k, "lr_schedulers") ||
+	       !strcmp(k, "scheduler");
+}
+
+static enum us_status add_tensor(struct walk *w, const char *name,
+				 const struct us_torch_tensor *tt)
+{
+	const char *path = w->sd->files[w->file].relpath;
+	const char *why = NULL;
+	struct us_tensor *t;
+	uint64_t off;
+
+	if (!*name)
+		return us_err_set(w->err, US_E_UNSUPPORTED, path,
+				  "the checkpoint is a single tensor, not a "
+				  "state dict");
+	if (us_torch_extent(w->ta, tt, &off, &why) < 0)
+		return us_err_set(w->err, US_E_FORMAT, path, "tensor '%s': %s",
+				  name, why);
+	t = us_sd_add_tensor(w->sd, name, tt->dtype, tt->ndim, tt->shape, 1,
+			     path, w->err);
+	if (!t)
+		return w->err ? w->err->status : US_E_NOMEM;
+	if (tt->ndim)
+		memcpy((uint64_t *)t->chunks[0].sizes, tt->shape,
+		       tt->ndim * sizeof(uint64_t));
+	t->chunks[0].src.file = w->file;
+	t->chunks[0].src.offset = off;
+	t->chunks[0].src.strides = us_arena_calloc(&w->sd->arena, tt->ndim + 1,
+						   sizeof(int64_t));
+	if (!t->chunks[0].src.strides)
+		return us_err_set(w->err, US_E_NOMEM, path, "out of memory");
+	memcpy((int64_t *)t->chunks[0].src.strides, tt->strides,
+	       tt->ndim * sizeof(int64_t));
+	return US_OK;
+}
+
+/* The name of a dict key or list index, appended to @name. */
+static bool key_text(const struct us_pk *k, char *buf, size_t len)
+{
+	if (k->kind == US_PK_STR) {
+		if (k->u.str.len >= len || memchr(k->u.str.s, '\0', k->u.str.len))
+			return false;
+		memcpy(buf, k->u.str.s, k->u.str.len + 1);
+		return true;
+	}
+	if (k->kind == US_PK_INT)
+		return snprintf(buf, len, "%lld", (long long)k->u.i) < (int)len;
+	return false;
+}
+
+static enum us_status walk(struct walk *w, const struct us_pk *v,
+			   struct us_sbuf *name, int depth, bool top);
+
+static enum us_status walk_child(struct walk *w, const struct us_pk *k,
+				 const struct us_pk *v, struct us_sbuf *name,
+				 int depth)
+{
+	size_t mark = name->len;
+	char key[4096];
+	enum us_status rc;
+
+	if (!key_text(k, key, sizeof(key)))
+		return US_OK; /* not a name a state dict can have */
+	if (mark)
+		us_sbuf_putc(name, '.');
+	us_sbuf_puts(name, key);
+	us_sbuf_putc(name, '\0');
+	name->len--;
+	if (name->oom)
+		return us_err_set(w->err, US_E_NOMEM, ".", "out of memory");
+	rc = walk(w, v, name, depth + 1, false);
+	name->len = mark;
+	if (name->p)
+		name->p[mark] = '\0';
+	return rc;
+}
+
+static enum us_status walk(struct walk *w, const struct us_pk *v,
+			   struct us_sbuf *name, int depth, bool top)
+{
+	struct us_torch_tensor tt;
+	const char *why = NULL;
+	enum us_status rc = US_OK;
+	int m;
+
+	if (depth > MAX_WALK_DEPTH)
+		return us_err_set(w->err, US_E_FORMAT,
+				  w->sd->files[w->file].relpath,
+				  "state dict nests too deeply");
+	m = us_torch_match(v, &tt, &why);
+	if (m < 0)
+		return us_err_set(w->err, US_E_UNSUPPORTED,
+				  w->sd->files[w->file].relpath,
+				  "tensor '%s': %s", name->len ? name->p : "",
+				  why);
+	if (m > 0)
+		return add_tensor(w, name->len ? name->p : "", &tt);
+	if (us_pk_is_dictlike(v)) {
+		for (size_t i = 0; rc == US_OK && i < v->coll->keys.n; i++) {
+			const struct us_pk *k = v->coll->keys.v[i];
+
+			if (top && k->kind == US_PK_STR && is_optimizer_key(k->u.str.s))
+				continue;
+			rc = walk_child(w, k, v->coll->vals.v[i], name, depth);
+		}
+	} else if (v->kind == US_PK_LIST || v->kind == US_PK_TUPLE) {
+		for (size_t i = 0; rc == US_OK && i < v->u.seq.n; i++) {
+			struct us_pk idx = { .kind = US_PK_INT, .u.i = (int64_t)i };
+
+			rc = walk_child(w, &idx, v->u.seq.v[i], name, depth);
+		}
+	}
+	return rc;
+}
+
+/* Does @v hold any tensor (bounded search)? */
+static bool has_tensor(const struct us_pk *v, int depth)
+{
+	struct us_torch_tensor tt;
+	const char *why;
+
+	if (!v || depth > MAX_WALK_DEPTH)
+		return false;
+	if (us_torch_match(v, &tt, &why) != 0)
+		return true;
+	if (us_pk_is_dictlike(v)) {
+		for (size_t i = 0; i < v->coll->vals.n; i++)
+			if (has_tensor(v->coll->vals.v[i], depth + 1))
+				return true;
+	} else if (v->kind == US_PK_LIST || v->kind == US_PK_TUPLE) {
+		for (size_t i = 0; i < v->u.seq.n; i++)
+			if (has_tensor(v->u.seq.v[i], depth + 1))
+				return true;
+	}
+	return false;
+}
+
+/*
+ * The container rule: if exactly one top-level, non-optimizer entry holds
+ * tensors and it is itself a dict, the model is that dict.  (A state dict
+ * is flat -- "a.b.weight" -- so a nested dict at the top is a container.)
+ */
+static const struct us_pk *model_root(const struct us_pk *root)
+{
+	const struct us_pk *found = NULL;
+
+	if (!us_pk_is_dictlike(root))
+		return root;
+	for (size_t i = 0; i < root->coll->keys.n; i++) {
+		const struct us_pk *k = root->coll->keys.v[i];
+		const struct us_pk *v = root->coll->vals.v[i];
+
+		if (k->kind == US_PK_STR && is_optimizer_key(k->u.str.s))
+			continue;
+		if (!has_tensor(v, 0))
+			continue;
+		if (found || !us_pk_is_dictlike(v))
+			return root;
+		found = v;
+	}
+	return found ? found : root;
+}
+
+static enum us_status torch_read_file(struct us_statedict *sd, int dirfd,
+				      const char *relpath, struct us_err *err)
+{
+	struct us_torch_archive ta;
+	struct us_arena arena;
+	struct us_sbuf name;
+	const char *why = NULL;
+	struct walk w = { .sd = sd, .ta = &ta, .err = err };
+	const struct us_pk *model;
+	enum us_status rc;
+
+	US_TRY(us_sd_open_file(sd, dirfd, relpath, &w.file, err));
+	us_arena_init(&arena);
+	us_sbuf_init(&name);
+	if (us_torch_archive_open(&ta, sd->files[w.file].fd, 0,
+				  (uint64_t)sd->files[w.file].size, &arena,
+				  &why) < 0) {
+		rc = us_err_set(err, US_E_FORMAT, relpath, "%s", why);
+		goto out;
+	}
+	model = model_root(ta.root);
+	rc = walk(&w, model, &name, 0, model == ta.root);
+out:
+	us_sbuf_free(&name);
+	us_arena_free(&arena);
+	return rc;
+}
+
+/* torch.save archives are zips; before torch 1.6 they were bare pickles. */
+static enum us_status torch_read_checked(struct us_statedict *sd, int dirfd,
+					 const char *relpath, struct us_err *err)
+{
+	unsigned char magic[4] = {0};
+	int fd = openat(dirfd, relpath, O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		int rc = us_pread_full(fd, magic, 4, 0);
+
+		close(fd);
+		if (rc == 0 && memcmp(magic, "PK\x03\x04", 4) != 0)
+			return us_err_set(err, US_E_UNSUPPORTED, relpath,
+					  "not a zip: the legacy (torch < 1.6) "
+					  "torch.save format is not supported; "
+					  "re-save it with a current torch");
+	}
+	return torch_read_file(sd, dirfd, relpath, err);
+}
+
+static bool is_torch_name(const char *n)
+{
+	return us_path_has_suffix(n, ".bin") || us_path_has_suffix(n, ".pt") ||
+	       us_path_has_suffix(n, ".pth") || us_path_has_suffix(n, ".ckpt");
+}
+
+/* The one torch.save file of a directory without an index. */
+static enum us_status pick_single(char **names, size_t n, const char **pick,
+				  struct us_err *err)
+{
+	static const char *const preferred[] = {
+		"pytorch_model.bin", "model.bin", "model.pt", "model.pth",
+		"checkpoint.pt", "checkpoint.pth",
+	};
+	const char *found = NULL;
+
+	for (size_t p = 0; p < sizeof(preferred) / sizeof(*preferred); p++)
+		for (size_t i = 0; i < n; i++)
+			if (!strcmp(names[i], preferred[p]))
+				return *pick = names[i], US_OK;
+	for (size_t i = 0; i < n; i++) {
+		if (!is_torch_name(names[i]))
+			continue;
+		if (found)
+			return us_err_set(err, US_E_UNSUPPORTED, ".",
+					  "several torch.save files (%s, %s) "
+					  "and no index: mount one file", found,
+					  names[i]);
+		found = names[i];
+	}
+	*pick = found;
+	return found ? US_OK
+		     : us_err_set(err, US_E_FORMAT, ".", "no torch.save file");
+}
+
+static enum us_status torch_read_dir(struct us_statedict *sd, int dirfd,
+				     struct us_err *err)
+{
+	const char *index = NULL, *pick = NULL;
+	char **names;
+	size_t n;
+	enum us_status rc;
+
+	if (us_dirlist(dirfd, &names, &n) != US_OK)
+		return us_err_set(err, US_E_IO, ".", "cannot list the directory");
+	rc = us_index_find(names, n, "pytorch_model" TORCH_INDEX_SUFFIX,
+			   TORCH_INDEX_SUFFIX, &index, err);
+	if (rc == US_OK && index)
+		rc = us_index_read(sd, dirfd, index, torch_read_checked, err);
+	else if (rc == US_OK && (rc = pick_single(names, n, &pick, err)) == US_OK)
+		rc = torch_read_checked(sd, dirfd, pick, err);
+	us_dirlist_free(names, n);
+	return rc;
+}
+
+static bool torch_probe(int dirfd, const char *file)
+{
+	char **names;
+	size_t n;
+	bool yes = false;
+
+	if (file)
+		return is_torch_name(file);
+	if (us_dirlist(dirfd, &names, &n) != US_OK)
+		return false;
+	for (size_t i = 0; i < n && !yes; i++)
+		yes = is_torch_name(names[i]) ||
+		      us_path_has_suffix(names[i], TORCH_INDEX_SUFFIX);
+	us_dirlist_free(names, n);
+	return yes;
+}
+
+static enum us_status torch_read(struct us_statedict *sd, int dirfd,
+				 const char *file, struct us_err *err)
+{
+	sd->format = "torch";
+	if (file)
+		return torch_read_checked(sd, dirfd, file, err);
+	return torch_read_dir(sd, dirfd, err);
+}
+
+const struct us_reader us_reader_torch = {
+	.name = "torch",
+	.probe = torch_probe,
+	.read = torch_read,
+};

@@ -1,0 +1,226 @@
+/* torchpkl.c - tensors in torch.save pickles. */
+#include "torchpkl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../io.h"
+
+#define MAX_PICKLE (1ull << 30)
+
+/* Legacy typed storages: the element type is in the class name. */
+static const struct {
+	const char *name;
+	enum us_dtype dt;
+} storage_types[] = {
+	{"FloatStorage", US_DT_F32},     {"DoubleStorage", US_DT_F64},
+	{"HalfStorage", US_DT_F16},      {"BFloat16Storage", US_DT_BF16},
+	{"LongStorage", US_DT_I64},      {"IntStorage", US_DT_I32},
+	{"ShortStorage", US_DT_I16},     {"CharStorage", US_DT_I8},
+	{"ByteStorage", US_DT_U8},       {"BoolStorage", US_DT_BOOL},
+	{"ComplexFloatStorage", US_DT_C64},
+};
+
+/* torch.<dtype> globals (_rebuild_tensor_v3, DCP TensorProperties). */
+static const struct {
+	const char *name;
+	enum us_dtype dt;
+} torch_dtypes[] = {
+	{"float32", US_DT_F32},  {"float", US_DT_F32},    {"float64", US_DT_F64},
+	{"double", US_DT_F64},   {"float16", US_DT_F16},  {"half", US_DT_F16},
+	{"bfloat16", US_DT_BF16}, {"int64", US_DT_I64},   {"long", US_DT_I64},
+	{"int32", US_DT_I32},    {"int", US_DT_I32},      {"int16", US_DT_I16},
+	{"short", US_DT_I16},    {"int8", US_DT_I8},      {"uint8", US_DT_U8},
+	{"bool", US_DT_BOOL},    {"complex64", US_DT_C64}, {"cfloat", US_DT_C64},
+	{"uint16", US_DT_U16},   {"uint32", US_DT_U32},   {"uint64", US_DT_U64},
+	{"float8_e4m3fn", US_DT_F8_E4M3}, {"float8_e5m2", US_DT_F8_E5M2},
+	{"float8_e8m0fnu", US_DT_F8_E8M0},
+};
+
+int us_torch_dtype(const struct us_pk *g, enum us_dtype *dt)
+{
+	if (!g || g->kind != US_PK_GLOBAL || strcmp(g->u.global.module, "torch"))
+		return -1;
+	for (size_t i = 0; i < sizeof(torch_dtypes) / sizeof(*torch_dtypes); i++) {
+		if (!strcmp(g->u.global.name, torch_dtypes[i].name)) {
+			*dt = torch_dtypes[i].dt;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+static bool is_int(const struct us_pk *p, int64_t min)
+{
+	return p && p->kind == US_PK_INT && p->u.i >= min;
+}
+
+/* A size or stride: a tuple of ints, or torch.Size((...)). */
+static int int_tuple(const struct us_pk *p, uint32_t *n, uint64_t *u, int64_t *s)
+{
+	if (p && p->kind == US_PK_CALL && us_pk_global_named(p->u.call.fn, "Size"))
+		p = us_pk_at(p->u.call.args, 0);
+	if (!p || p->kind != US_PK_TUPLE || p->u.seq.n > US_MAX_NDIM)
+		return -1;
+	*n = (uint32_t)p->u.seq.n;
+	for (size_t i = 0; i < p->u.seq.n; i++) {
+		if (!is_int(p->u.seq.v[i], 0))
+			return -1;
+		if (u)
+			u[i] = (uint64_t)p->u.seq.v[i]->u.i;
+		if (s)
+			s[i] = p->u.seq.v[i]->u.i;
+	}
+	return 0;
+}
+
+/* BINPERSID(('storage', torch.<X>Storage, key, location, numel)). */
+static int match_storage(const struct us_pk *p, struct us_torch_tensor *t,
+			 const char **why)
+{
+	const struct us_pk *id, *cls, *key, *numel;
+
+	if (!p || p->kind != US_PK_PERSID)
+		return *why = "tensor storage is not a persistent id", -1;
+	id = p->u.persid;
+	cls = us_pk_at(id, 1);
+	key = us_pk_at(id, 2);
+	numel = us_pk_at(id, 4);
+	if (!us_pk_is_str(us_pk_at(id, 0), "storage") || !cls ||
+	    cls->kind != US_PK_GLOBAL || !key || key->kind != US_PK_STR ||
+	    !is_int(numel, 0))
+		return *why = "malformed storage persistent id", -1;
+	t->storage_key = key->u.str.s;
+	t->storage_numel = (uint64_t)numel->u.i;
+	if (!strcmp(cls->u.global.name, "UntypedStorage")) {
+		t->untyped = true;
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(storage_types) / sizeof(*storage_types); i++) {
+		if (!strcmp(cls->u.global.name, storage_types[i].name)) {
+			t->dtype = storage_types[i].dt;
+			return 0;
+		}
+	}
+	return *why = "tensor storage type has no safetensors dtype", -1;
+}
+
+/* _rebuild_tensor_v2/_v3 arguments. */
+static int match_rebuild(const struct us_pk *args, bool v3,
+			 struct us_torch_tensor *t, const char **why)
+{
+	uint32_t nstride = 0;
+
+	memset(t, 0, sizeof(*t));
+	if (match_storage(us_pk_at(args, 0), t, why) < 0)
+		return -1;
+	if (v3 && us_torch_dtype(us_pk_at(args, 6), &t->dtype) < 0)
+		return *why = "tensor dtype has no safetensors equivalent", -1;
+	if (!v3 && t->untyped)
+		return *why = "untyped storage without a dtype", -1;
+	if (!is_int(us_pk_at(args, 1), 0) ||
+	    int_tuple(us_pk_at(args, 2), &t->ndim, t->shape, NULL) < 0 ||
+	    int_tuple(us_pk_at(args, 3), &nstride, NULL, t->strides) < 0 ||
+	    nstride != t->ndim)
+		return *why = "malformed tensor offset, size or stride", -1;
+	t->storage_offset = (uint64_t)us_pk_at(args, 1)->u.i;
+	return 1;
+}
+
+int us_torch_match(const struct us_pk *p, struct us_torch_tensor *t,
+		   const char **why)
+{
+	const struct us_pk *fn;
+
+	for (int depth = 0; depth < 8; depth++) {
+		if (!p || p->kind != US_PK_CALL || p->u.call.fn->kind != US_PK_GLOBAL)
+			return 0;
+		fn = p->u.call.fn;
+		if (us_pk_global_named(fn, "_rebuild_tensor_v2"))
+			return match_rebuild(p->u.call.args, false, t, why);
+		if (us_pk_global_named(fn, "_rebuild_tensor_v3"))
+			return match_rebuild(p->u.call.args, true, t, why);
+		if (us_pk_global_named(fn, "_rebuild_parameter") ||
+		    us_pk_global_named(fn, "_rebuild_parameter_with_state")) {
+			p = us_pk_at(p->u.call.args, 0);
+			continue;
+		}
+		if (us_pk_global_named(fn, "_rebuild_from_type_v2"))
+			return *why = "tensor subclasses are not supported", -1;
+		if (!strncmp(fn->u.global.name, "_rebuild_", 9) &&
+		    !strcmp(fn->u.global.module, "torch._utils"))
+			return *why = "sparse, quantized or meta tensors are not "
+				      "supported", -1;
+		return 0;
+	}
+	return 0;
+}
+
+int us_torch_archive_open(struct us_torch_archive *ta, int fd, uint64_t base,
+			  uint64_t len, struct us_arena *a, const char **why)
+{
+	const struct us_zip_entry *pkl;
+	unsigned char *buf;
+	uint64_t off;
+	size_t used;
+	int rc;
+
+	if (us_zip_open(&ta->zip, fd, base, len, a, why) < 0)
+		return -1;
+	pkl = us_zip_find(&ta->zip, "data.pkl");
+	if (!pkl)
+		return *why = "no data.pkl record: not a torch.save archive", -1;
+	if (pkl->size > MAX_PICKLE)
+		return *why = "data.pkl is larger than 1 GiB", -1;
+	if (us_zip_data(&ta->zip, pkl, &off, why) < 0)
+		return -1;
+	buf = malloc((size_t)pkl->size + 1);
+	if (!buf)
+		return *why = "out of memory", -1;
+	rc = us_pread_full(fd, buf, (size_t)pkl->size, base + off);
+	if (rc < 0)
+		*why = "cannot read data.pkl";
+	else
+		rc = us_pickle_load(buf, (size_t)pkl->size, a, &ta->root, &used, why);
+	free(buf);
+	if (rc < 0)
+		return -1;
+	return 0;
+}
+
+int us_torch_extent(const struct us_torch_archive *ta,
+		    const struct us_torch_tensor *t, uint64_t *off,
+		    const char **why)
+{
+	char record[512];
+	const struct us_zip_entry *e;
+	uint64_t isz = us_dtype_bits(t->dtype) / 8, maxel = t->storage_offset;
+	uint64_t data, span, numel = 1;
+
+	if (snprintf(record, sizeof(record), "data/%s", t->storage_key) >=
+	    (int)sizeof(record))
+		return *why = "storage key too long", -1;
+	e = us_zip_find(&ta->zip, record);
+	if (!e)
+		return *why = "tensor storage record is missing", -1;
+	if (us_zip_data(&ta->zip, e, &data, why) < 0)
+		return -1;
+	for (uint32_t k = 0; k < t->ndim; k++) {
+		uint64_t step;
+
+		if (t->strides[k] < 0)
+			return *why = "negative tensor stride", -1;
+		if (__builtin_mul_overflow(numel, t->shape[k], &numel))
+			return *why = "tensor size overflows", -1;
+		if (t->shape[k] == 0)
+			continue;
+		if (__builtin_mul_overflow(t->shape[k] - 1, (uint64_t)t->strides[k], &step) ||
+		    __builtin_add_overflow(maxel, step, &maxel))
+			return *why = "tensor strides overflow", -1;
+	}
+	if (numel && (__builtin_mul_overflow(maxel + 1, isz, &span) || span > e->size))
+		return *why = "tensor extends past the end of its storage record", -1;
+	*off = ta->zip.base + data + t->storage_offset * isz;
+	return 0;
+}
