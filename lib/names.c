@@ -78,16 +78,24 @@ enum us_status us_names_apply(struct us_statedict *sd,
 {
 	for (size_t i = 0; i < sd->ntensors; i++) {
 		struct us_tensor *t = &sd->tensors[i];
-		char *buf = malloc(strlen(t->source_name) + 1);
+		char *buf = malloc(strlen(t->name) + 1);
 
 		if (!buf)
 			return us_err_set(err, US_E_NOMEM, ".", "out of memory");
-		us_unwrap_name(t->source_name, o, buf);
-		if (strcmp(buf, t->source_name) != 0)
+		us_unwrap_name(t->name, o, buf);
+		if (strcmp(buf, t->name) != 0)
 			t->name = us_arena_strdup(&sd->arena, buf);
 		free(buf);
 		if (!t->name)
 			return us_err_set(err, US_E_NOMEM, ".", "out of memory");
 	}
 	return US_OK;
+}
+
+bool us_is_optimizer_container(const char *k)
+{
+	return !strcmp(k, "optim") || !strcmp(k, "optimizer") ||
+	       !strncmp(k, "optimizer_", 10) || !strcmp(k, "optimizers") ||
+	       !strcmp(k, "lr_scheduler") || !strcmp(k, "lr_schedulers") ||
+	       !strcmp(k, "scheduler");
 }

@@ -33,7 +33,12 @@ struct us_names_opts {
  */
 void us_unwrap_name(const char *src, const struct us_names_opts *o, char *out);
 
-/* us_names_apply - set every tensor's name from its source name.  Collisions
+/* us_is_optimizer_container - a top-level key whose subtree is optimizer
+ * state (optim, optimizer, optimizer_N, ...), never part of the model. */
+bool us_is_optimizer_container(const char *key);
+
+/* us_names_apply - unwrap every tensor's name (as its reader set it, after
+ * the container rule).  Collisions
  * are found by us_sd_finalize(), which names both source keys. */
 enum us_status us_names_apply(struct us_statedict *sd,
 			      const struct us_names_opts *o,

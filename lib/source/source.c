@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 static const struct us_reader *const readers[] = {
+	&us_reader_dcp,
 	&us_reader_safetensors,
 	&us_reader_torch,
 };

@@ -32,6 +32,7 @@ struct us_reader {
 
 extern const struct us_reader us_reader_safetensors;
 extern const struct us_reader us_reader_torch;
+extern const struct us_reader us_reader_dcp;
 
 /*
  * us_source_open - open @path (a file or a directory), read it with the

@@ -32,14 +32,6 @@ struct walk {
 	struct us_err *err;
 };
 
-static bool is_optimizer_key(const char *k)
-{
-	return !strcmp(k, "optim") || !strcmp(k, "optimizer") ||
-	       !strncmp(k, "optimizer_", 10) || !strcmp(k, "optimizers") ||
-	       !strcmp(k, "lr_scheduler") || !strcmp(k, "lr_schedulers") ||
-	       !strcmp(k, "scheduler");
-}
-
 static enum us_status add_tensor(struct walk *w, const char *name,
 				 const struct us_torch_tensor *tt)
 {
@@ -138,7 +130,7 @@ static enum us_status walk(struct walk *w, const struct us_pk *v,
 		for (size_t i = 0; rc == US_OK && i < v->coll->keys.n; i++) {
 			const struct us_pk *k = v->coll->keys.v[i];
 
-			if (top && k->kind == US_PK_STR && is_optimizer_key(k->u.str.s))
+			if (top && k->kind == US_PK_STR && us_is_optimizer_container(k->u.str.s))
 				continue;
 			rc = walk_child(w, k, v->coll->vals.v[i], name, depth);
 		}
@@ -189,7 +181,7 @@ static const struct us_pk *model_root(const struct us_pk *root)
 		const struct us_pk *k = root->coll->keys.v[i];
 		const struct us_pk *v = root->coll->vals.v[i];
 
-		if (k->kind == US_PK_STR && is_optimizer_key(k->u.str.s))
+		if (k->kind == US_PK_STR && us_is_optimizer_container(k->u.str.s))
 			continue;
 		if (!has_tensor(v, 0))
 			continue;

@@ -146,8 +146,20 @@ int us_torch_match(const struct us_pk *p, struct us_torch_tensor *t,
 			p = us_pk_at(p->u.call.args, 0);
 			continue;
 		}
-		if (us_pk_global_named(fn, "_rebuild_from_type_v2"))
-			return *why = "tensor subclasses are not supported", -1;
+		if (us_pk_global_named(fn, "_rebuild_from_type_v2")) {
+			/* (func, type, args, state): a tensor with Python
+			 * attributes (torch.compile tags parameters so); its
+			 * data is func(*args), a plain rebuild. */
+			const struct us_pk *args = p->u.call.args;
+
+			if (!us_pk_global_named(us_pk_at(args, 0), "_rebuild_tensor_v2") &&
+			    !us_pk_global_named(us_pk_at(args, 0), "_rebuild_tensor_v3"))
+				return *why = "tensor subclasses are not supported", -1;
+			return match_rebuild(us_pk_at(args, 2),
+					     us_pk_global_named(us_pk_at(args, 0),
+								"_rebuild_tensor_v3"),
+					     t, why);
+		}
 		if (!strncmp(fn->u.global.name, "_rebuild_", 9) &&
 		    !strcmp(fn->u.global.module, "torch._utils"))
 			return *why = "sparse, quantized or meta tensors are not "

@@ -1,0 +1,532 @@
+/*
+ * dcp.c - the PyTorch Distributed Checkpoint reader (FSDP, FSDP2, DTensor
+ * and tensor parallel, Accelerate, Lightning, Megatron torch_dist).
+ *
+ * .metadata is a pickle of Metadata{state_dict_metadata, storage_data,
+ * planner_data}; classes are matched by their final name, because their
+ * modules moved between torch 1.13 and today (formats.md).  Each tensor is a
+ * list of chunks (N-D boxes, listed in rank order); each chunk's bytes are a
+ * torch.save archive at [offset, offset + length) of a .distcp file, parsed
+ * in place for its dtype, shape, strides and storage record.  Coverage (no
+ * hole, no overlap) is checked by us_sd_finalize().
+ */
+#include "source.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../io.h"
+#include "../path.h"
+#include "torchpkl.h"
+
+#define MAX_METADATA (1ull << 30)
+
+struct dcp_item {
+	const char *fqn;
+	const struct us_pk *offsets; /* a tuple of ints, or NULL */
+	const char *relpath;
+	uint64_t offset, length;
+	const struct us_pk *transforms;
+};
+
+struct dcp {
+	struct us_statedict *sd;
+	int dirfd;
+	const char *prefix;     /* "" or "pytorch_model_fsdp_0/" */
+	const char *metapath;   /* prefix + ".metadata", for messages */
+	struct us_arena arena;  /* the pickle and the item table */
+	struct dcp_item *items;
+	size_t nitems;
+	const struct us_pk *planner;
+	const char *strip;      /* the container key to drop, or NULL */
+	struct us_err *err;
+};
+
+/* A dataclass attribute: BUILD state is a dict, or (None, slots dict). */
+static const struct us_pk *attr(const struct us_pk *obj, const char *name)
+{
+	const struct us_pk *st;
+
+	if (!obj || obj->kind != US_PK_CALL)
+		return NULL;
+	st = obj->u.call.state;
+	if (st && st->kind == US_PK_TUPLE && st->u.seq.n == 2) {
+		const struct us_pk *v = us_pk_dict_get(st->u.seq.v[1], name);
+
+		return v ? v : us_pk_dict_get(st->u.seq.v[0], name);
+	}
+	return us_pk_dict_get(st, name);
+}
+
+static bool is_class(const struct us_pk *obj, const char *name)
+{
+	return obj && obj->kind == US_PK_CALL && us_pk_global_named(obj->u.call.fn, name);
+}
+
+/* torch.Size((...)) or a plain tuple -> the tuple. */
+static const struct us_pk *size_tuple(const struct us_pk *p)
+{
+	if (p && p->kind == US_PK_CALL && us_pk_global_named(p->u.call.fn, "Size"))
+		p = us_pk_at(p->u.call.args, 0);
+	return p && p->kind == US_PK_TUPLE ? p : NULL;
+}
+
+static bool tuple_u64(const struct us_pk *t, uint32_t n, uint64_t *out)
+{
+	if (!t || t->u.seq.n != n)
+		return false;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct us_pk *v = t->u.seq.v[i];
+
+		if (v->kind != US_PK_INT || v->u.i < 0)
+			return false;
+		out[i] = (uint64_t)v->u.i;
+	}
+	return true;
+}
+
+static int cmp_offsets(const struct us_pk *a, const struct us_pk *b)
+{
+	size_t na = a ? a->u.seq.n : 0, nb = b ? b->u.seq.n : 0;
+
+	for (size_t i = 0; i < na && i < nb; i++)
+		if (a->u.seq.v[i]->u.i != b->u.seq.v[i]->u.i)
+			return a->u.seq.v[i]->u.i < b->u.seq.v[i]->u.i ? -1 : 1;
+	return na < nb ? -1 : na > nb;
+}
+
+static int cmp_item(const void *x, const void *y)
+{
+	const struct dcp_item *a = x, *b = y;
+	int c = strcmp(a->fqn, b->fqn);
+
+	return c ? c : cmp_offsets(a->offsets, b->offsets);
+}
+
+static bool int_tuple_ok(const struct us_pk *t)
+{
+	for (size_t i = 0; t && i < t->u.seq.n; i++)
+		if (t->u.seq.v[i]->kind != US_PK_INT)
+			return false;
+	return true;
+}
+
+/* storage_data: {MetadataIndex(fqn, offset, index): _StorageInfo(...)}. */
+static enum us_status load_items(struct dcp *d, const struct us_pk *storage)
+{
+	size_t n = storage->coll ? storage->coll->keys.n : 0;
+
+	d->items = us_arena_calloc(&d->arena, n + 1, sizeof(*d->items));
+	if (!d->items)
+		return us_err_set(d->err, US_E_NOMEM, d->metapath, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		const struct us_pk *k = storage->coll->keys.v[i];
+		const struct us_pk *v = storage->coll->vals.v[i];
+		const struct us_pk *fqn = attr(k, "fqn"), *rel = attr(v, "relative_path");
+		const struct us_pk *off = attr(v, "offset"), *len = attr(v, "length");
+		struct dcp_item *it = &d->items[d->nitems];
+
+		if (!fqn || fqn->kind != US_PK_STR || !rel || rel->kind != US_PK_STR ||
+		    !off || off->kind != US_PK_INT || off->u.i < 0 ||
+		    !len || len->kind != US_PK_INT || len->u.i < 0)
+			return us_err_set(d->err, US_E_FORMAT, d->metapath,
+					  "malformed storage_data entry %zu", i);
+		it->fqn = fqn->u.str.s;
+		it->offsets = size_tuple(attr(k, "offset"));
+		if (!int_tuple_ok(it->offsets))
+			return us_err_set(d->err, US_E_FORMAT, d->metapath,
+					  "malformed chunk offset for '%s'", it->fqn);
+		it->relpath = rel->u.str.s;
+		it->offset = (uint64_t)off->u.i;
+		it->length = (uint64_t)len->u.i;
+		it->transforms = attr(v, "transform_descriptors");
+		d->nitems++;
+	}
+	qsort(d->items, d->nitems, sizeof(*d->items), cmp_item);
+	return US_OK;
+}
+
+static const struct dcp_item *find_item(const struct dcp *d, const char *fqn,
+					const struct us_pk *offsets)
+{
+	struct dcp_item key = { .fqn = fqn, .offsets = offsets };
+
+	return bsearch(&key, d->items, d->nitems, sizeof(*d->items), cmp_item);
+}
+
+/* ---- names: the container rule -------------------------------------------- */
+
+/* The top-level container of @fqn: planner_data says how the state dict was
+ * flattened, ("model", "layers.0.w") -> "model".  NULL for a flat key. */
+static const char *container_of(const struct dcp *d, const char *fqn,
+				char *buf, size_t len)
+{
+	const struct us_pk *path = us_pk_dict_get(d->planner, fqn);
+	const char *dot;
+
+	if (path && path->kind == US_PK_TUPLE) {
+		const struct us_pk *c = us_pk_at(path, 0);
+
+		return path->u.seq.n >= 2 && c && c->kind == US_PK_STR ? c->u.str.s : NULL;
+	}
+	/* No planner_data (older torch): only the well-known container keys. */
+	dot = strchr(fqn, '.');
+	if (!dot || (size_t)(dot - fqn) >= len)
+		return NULL;
+	memcpy(buf, fqn, (size_t)(dot - fqn));
+	buf[dot - fqn] = '\0';
+	return us_is_optimizer_container(buf) || !strcmp(buf, "model") ||
+	       !strcmp(buf, "state_dict") || !strcmp(buf, "module") ||
+	       !strcmp(buf, "model_state_dict") ? buf : NULL;
+}
+
+static bool is_tensor_entry(const struct us_pk *v)
+{
+	return is_class(v, "TensorStorageMetadata");
+}
+
+/* Drop the container when every model tensor lives under the same one. */
+static enum us_status choose_strip(struct dcp *d, const struct us_pk *smd)
+{
+	const char *cand = NULL;
+	char buf[256];
+
+	for (size_t i = 0; i < smd->coll->keys.n; i++) {
+		const struct us_pk *k = smd->coll->keys.v[i];
+		const char *c;
+
+		if (k->kind != US_PK_STR || !is_tensor_entry(smd->coll->vals.v[i]))
+			continue;
+		c = container_of(d, k->u.str.s, buf, sizeof(buf));
+		if (c && us_is_optimizer_container(c))
+			continue;
+		if (!c || (cand && strcmp(cand, c) != 0))
+			return US_OK; /* flat keys, or several containers */
+		if (!cand && !(cand = us_arena_strdup(&d->arena, c)))
+			return us_err_set(d->err, US_E_NOMEM, d->metapath, "out of memory");
+	}
+	d->strip = cand;
+	return US_OK;
+}
+
+/* Is @fqn part of the model view, and under which name? */
+static const char *model_name(const struct dcp *d, const char *fqn)
+{
+	char buf[256];
+	const char *c = container_of(d, fqn, buf, sizeof(buf));
+
+	if (c && us_is_optimizer_container(c))
+		return NULL; /* the optimizer view's */
+	if (d->strip && c && !strcmp(c, d->strip) &&
+	    !strncmp(fqn, c, strlen(c)) && fqn[strlen(c)] == '.')
+		return fqn + strlen(c) + 1;
+	return fqn;
+}
+
+/* ---- chunks --------------------------------------------------------------- */
+
+static enum us_status check_transforms(const struct dcp *d,
+				       const struct dcp_item *it)
+{
+	const struct us_pk *t = it->transforms;
+
+	if (!t || t->kind == US_PK_NONE || us_pk_len(t) == 0)
+		return US_OK;
+	if (us_pk_len(t) == 1 && us_pk_is_str(us_pk_at(t, 0), "stream.zstd/1"))
+		return us_err_set(d->err, US_E_UNSUPPORTED, d->metapath,
+				  "'%s' is stored zstd-compressed (stream.zstd/1), "
+				  "which this version cannot serve yet", it->fqn);
+	return us_err_set(d->err, US_E_UNSUPPORTED, d->metapath,
+			  "'%s' has an unknown storage transform", it->fqn);
+}
+
+static enum us_status open_item_file(struct dcp *d, const struct dcp_item *it,
+				     uint32_t *file)
+{
+	char path[4096];
+	const struct us_file *f;
+	uint64_t end;
+
+	if (!us_path_is_inside(it->relpath))
+		return us_err_set(d->err, US_E_FORMAT, d->metapath,
+				  "storage_data names '%s', which is outside the "
+				  "checkpoint directory", it->relpath);
+	if (snprintf(path, sizeof(path), "%s%s", d->prefix, it->relpath) >=
+	    (int)sizeof(path))
+		return us_err_set(d->err, US_E_FORMAT, d->metapath,
+				  "storage path too long");
+	US_TRY(us_sd_open_file(d->sd, d->dirfd, path, file, d->err));
+	f = &d->sd->files[*file];
+	if (__builtin_add_overflow(it->offset, it->length, &end) ||
+	    end > (uint64_t)f->size)
+		return us_err_set(d->err, US_E_FORMAT, f->relpath,
+				  "item of '%s' at [%llu, +%llu) runs past the end "
+				  "of the file (%lld bytes): truncated?", it->fqn,
+				  (unsigned long long)it->offset,
+				  (unsigned long long)it->length, (long long)f->size);
+	return US_OK;
+}
+
+/* Parse the item's torch.save archive and point the chunk at its storage. */
+static enum us_status item_extent(struct dcp *d, const struct dcp_item *it,
+				  const struct us_tensor *t, struct us_chunk *c)
+{
+	struct us_torch_tensor tt;
+	struct us_torch_archive ta;
+	struct us_arena a;
+	const char *why = "item is not a tensor";
+	uint32_t file;
+	uint64_t off;
+	int64_t *strides;
+	enum us_status rc = US_OK;
+
+	US_TRY(check_transforms(d, it));
+	US_TRY(open_item_file(d, it, &file));
+	us_arena_init(&a);
+	if (us_torch_archive_open(&ta, d->sd->files[file].fd, it->offset,
+				  it->length, &a, &why) < 0 ||
+	    us_torch_match(ta.root, &tt, &why) != 1 ||
+	    us_torch_extent(&ta, &tt, &off, &why) < 0) {
+		rc = us_err_set(d->err, US_E_FORMAT, d->sd->files[file].relpath,
+				"item of '%s': %s", it->fqn, why);
+		goto out;
+	}
+	if (tt.dtype != t->dtype || tt.ndim != t->ndim ||
+	    memcmp(tt.shape, c->sizes, t->ndim * sizeof(uint64_t)) != 0) {
+		rc = us_err_set(d->err, US_E_FORMAT, d->sd->files[file].relpath,
+				"item of '%s' holds a %s tensor whose shape differs "
+				"from its chunk in .metadata", it->fqn,
+				us_dtype_name(tt.dtype));
+		goto out;
+	}
+	strides = us_arena_calloc(&d->sd->arena, t->ndim + 1, sizeof(*strides));
+	if (!strides) {
+		rc = us_err_set(d->err, US_E_NOMEM, d->metapath, "out of memory");
+		goto out;
+	}
+	memcpy(strides, tt.strides, t->ndim * sizeof(*strides));
+	c->src.file = file;
+	c->src.offset = off;
+	c->src.strides = strides;
+out:
+	us_arena_free(&a);
+	return rc;
+}
+
+/* One chunk: its box from .metadata, its bytes from the matching item. */
+static enum us_status add_chunk(struct dcp *d, const char *fqn,
+				const struct us_pk *cm, struct us_tensor *t,
+				uint32_t *nc)
+{
+	const struct us_pk *off = size_tuple(attr(cm, "offsets"));
+	const struct us_pk *sz = size_tuple(attr(cm, "sizes"));
+	struct us_chunk *c = &t->chunks[*nc];
+	const struct dcp_item *it;
+	uint64_t vol = 1;
+
+	if (!tuple_u64(off, t->ndim, (uint64_t *)c->offsets) ||
+	    !tuple_u64(sz, t->ndim, (uint64_t *)c->sizes))
+		return us_err_set(d->err, US_E_FORMAT, d->metapath,
+				  "'%s': malformed chunk", fqn);
+	for (uint32_t k = 0; k < t->ndim; k++)
+		vol *= c->sizes[k] ? 1 : 0;
+	if (!vol)
+		return US_OK; /* zero-volume chunks (offset = dim size) occur */
+	it = find_item(d, fqn, off);
+	if (!it)
+		return us_err_set(d->err, US_E_FORMAT, d->metapath,
+				  "'%s': a chunk has no storage_data entry", fqn);
+	US_TRY(item_extent(d, it, t, c));
+	(*nc)++;
+	return US_OK;
+}
+
+static enum us_status tensor_dtype(const struct dcp *d, const char *fqn,
+				   const struct us_pk *props, enum us_dtype *dt)
+{
+	const struct us_pk *st = props && props->kind == US_PK_CALL ?
+				 props->u.call.state : NULL;
+	const struct us_pk *g = st && st->kind == US_PK_TUPLE ? us_pk_at(st, 0)
+							      : attr(props, "dtype");
+
+	if (us_torch_dtype(g, dt) < 0)
+		return us_err_set(d->err, US_E_UNSUPPORTED, d->metapath,
+				  "'%s': dtype %s has no safetensors equivalent", fqn,
+				  g && g->kind == US_PK_GLOBAL ? g->u.global.name : "?");
+	return US_OK;
+}
+
+static enum us_status add_tensor(struct dcp *d, const char *fqn,
+				 const char *name, const struct us_pk *tsm)
+{
+	const struct us_pk *size = size_tuple(attr(tsm, "size"));
+	const struct us_pk *chunks = attr(tsm, "chunks");
+	uint64_t shape[US_MAX_NDIM];
+	uint32_t ndim, nc = 0;
+	enum us_dtype dt;
+	struct us_tensor *t;
+
+	if (strstr(fqn, "_flat_param"))
+		return us_err_set(d->err, US_E_UNSUPPORTED, d->metapath,
+				  "'%s' is an FSDP1 LOCAL_STATE_DICT flat parameter: "
+				  "the split into parameters is not saved, so it "
+				  "cannot be unflattened without the model; save "
+				  "with SHARDED_STATE_DICT or FSDP2 instead", fqn);
+	US_TRY(tensor_dtype(d, fqn, attr(tsm, "properties"), &dt));
+	ndim = size ? (uint32_t)size->u.seq.n : US_MAX_NDIM + 1;
+	if (ndim > US_MAX_NDIM || !tuple_u64(size, ndim, shape) ||
+	    !chunks || chunks->kind != US_PK_LIST)
+		return us_err_set(d->err, US_E_FORMAT, d->metapath,
+				  "'%s': malformed size or chunk list", fqn);
+	t = us_sd_add_tensor(d->sd, name, dt, ndim, shape,
+			     (uint32_t)chunks->u.seq.n, d->metapath, d->err);
+	if (!t)
+		return d->err ? d->err->status : US_E_NOMEM;
+	t->source_name = us_arena_strdup(&d->sd->arena, fqn);
+	if (!t->source_name)
+		return us_err_set(d->err, US_E_NOMEM, d->metapath, "out of memory");
+	for (size_t i = 0; i < chunks->u.seq.n; i++)
+		US_TRY(add_chunk(d, fqn, chunks->u.seq.v[i], t, &nc));
+	t->nchunks = nc;
+	return US_OK;
+}
+
+/* ---- .metadata ------------------------------------------------------------ */
+
+static enum us_status load_metadata(struct dcp *d, const struct us_pk **root)
+{
+	const struct us_file *f;
+	const char *why = NULL;
+	unsigned char *buf;
+	uint32_t idx;
+	size_t used;
+	int rc;
+
+	US_TRY(us_sd_open_file(d->sd, d->dirfd, d->metapath, &idx, d->err));
+	f = &d->sd->files[idx];
+	if ((uint64_t)f->size > MAX_METADATA)
+		return us_err_set(d->err, US_E_FORMAT, d->metapath,
+				  "larger than 1 GiB");
+	buf = malloc((size_t)f->size + 1);
+	if (!buf)
+		return us_err_set(d->err, US_E_NOMEM, d->metapath, "out of memory");
+	rc = us_pread_full(f->fd, buf, (size_t)f->size, 0);
+	if (rc < 0)
+		why = "cannot be read";
+	else
+		rc = us_pickle_load(buf, (size_t)f->size, &d->arena,
+				    (struct us_pk **)root, &used, &why);
+	free(buf);
+	if (rc < 0)
+		return us_err_set(d->err, US_E_FORMAT, d->metapath,
+				  "not a DCP metadata pickle: %s", why);
+	if (!is_class(*root, "Metadata"))
+		return us_err_set(d->err, US_E_FORMAT, d->metapath,
+				  "does not hold a DCP Metadata object");
+	return US_OK;
+}
+
+/* Every .distcp and *.metadata file of the DCP directory is checkpoint. */
+static enum us_status consume_dir(struct dcp *d)
+{
+	char **names, path[4096];
+	size_t n;
+	int sub = *d->prefix ? openat(d->dirfd, d->prefix, O_PATH | O_DIRECTORY | O_CLOEXEC)
+			     : d->dirfd;
+	enum us_status rc = US_OK;
+
+	if (sub < 0 || us_dirlist(sub, &names, &n) != US_OK) {
+		if (sub >= 0 && sub != d->dirfd)
+			close(sub);
+		return us_err_set(d->err, US_E_IO, d->metapath, "cannot list");
+	}
+	for (size_t i = 0; rc == US_OK && i < n; i++) {
+		if (!us_path_has_suffix(names[i], ".distcp") &&
+		    !us_path_has_suffix(names[i], ".metadata") &&
+		    strcmp(names[i], ".metadata") != 0)
+			continue;
+		snprintf(path, sizeof(path), "%s%s", d->prefix, names[i]);
+		rc = us_sd_consume(d->sd, path);
+	}
+	us_dirlist_free(names, n);
+	if (sub != d->dirfd)
+		close(sub);
+	return rc;
+}
+
+static enum us_status read_tensors(struct dcp *d, const struct us_pk *root)
+{
+	const struct us_pk *smd = attr(root, "state_dict_metadata");
+	const struct us_pk *storage = attr(root, "storage_data");
+
+	if (!smd || smd->kind != US_PK_DICT || !storage || storage->kind != US_PK_DICT)
+		return us_err_set(d->err, US_E_FORMAT, d->metapath,
+				  "Metadata lacks state_dict_metadata or storage_data");
+	d->planner = attr(root, "planner_data");
+	US_TRY(load_items(d, storage));
+	US_TRY(choose_strip(d, smd));
+	for (size_t i = 0; smd->coll && i < smd->coll->keys.n; i++) {
+		const struct us_pk *k = smd->coll->keys.v[i];
+		const struct us_pk *v = smd->coll->vals.v[i];
+		const char *name;
+
+		if (k->kind != US_PK_STR)
+			return us_err_set(d->err, US_E_FORMAT, d->metapath,
+					  "a state_dict_metadata key is not a string");
+		if (!is_tensor_entry(v))
+			continue; /* BytesStorageMetadata: a non-tensor value */
+		name = model_name(d, k->u.str.s);
+		if (name)
+			US_TRY(add_tensor(d, k->u.str.s, name, v));
+	}
+	return US_OK;
+}
+
+/* Where the DCP directory is: SOURCE itself, or Accelerate's subdirectory. */
+static const char *dcp_prefix(int dirfd)
+{
+	if (faccessat(dirfd, ".metadata", R_OK, 0) == 0)
+		return "";
+	if (faccessat(dirfd, "pytorch_model_fsdp_0/.metadata", R_OK, 0) == 0)
+		return "pytorch_model_fsdp_0/";
+	return NULL;
+}
+
+static bool dcp_probe(int dirfd, const char *file)
+{
+	return !file && dcp_prefix(dirfd) != NULL;
+}
+
+static enum us_status dcp_read(struct us_statedict *sd, int dirfd,
+			       const char *file, struct us_err *err)
+{
+	struct dcp d = { .sd = sd, .dirfd = dirfd, .err = err };
+	const struct us_pk *root = NULL;
+	char metapath[64];
+	enum us_status rc;
+
+	sd->format = "dcp";
+	d.prefix = file ? NULL : dcp_prefix(dirfd);
+	if (!d.prefix)
+		return us_err_set(err, US_E_FORMAT, file ? file : ".",
+				  "a DCP checkpoint is a directory with .metadata");
+	snprintf(metapath, sizeof(metapath), "%s.metadata", d.prefix);
+	d.metapath = metapath;
+	us_arena_init(&d.arena);
+	rc = load_metadata(&d, &root);
+	if (rc == US_OK)
+		rc = read_tensors(&d, root);
+	if (rc == US_OK)
+		rc = consume_dir(&d);
+	us_arena_free(&d.arena);
+	return rc;
+}
+
+const struct us_reader us_reader_dcp = {
+	.name = "dcp",
+	.probe = dcp_probe,
+	.read = dcp_read,
+};
