@@ -1,0 +1,209 @@
+"""Checkpoints written by real torch training APIs (FSDP2, FSDP1, DTensor 2-D, DDP +
+torch.compile + checkpoint_wrapper, HF .bin shards, Accelerate and Lightning layouts, DCP
+with zstd), mounted and read back with the real clients. Each view must equal, byte for
+byte and name for name, the consolidated and unwrapped state dict torch itself computes
+(tests/fixtures/torch/_ref/, see tests/fixtures/make_torch_fixtures.py)."""
+import gc
+import json
+import os
+import tempfile
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import mount, refuse, tensor_bytes  # noqa: E402
+from torchref import (CASES, SOURCE_SHARES_TIES, TORCH_FIXTURES, compare, load_optim_json_ref,  # noqa: E402
+                      load_optim_ref, load_ref, passthrough, source)
+
+
+@pytest.fixture(scope="module", params=sorted(CASES), ids=sorted(CASES))
+def mounted(request):
+    """(fixture name, mountpoint): one mount per fixture."""
+    name = request.param
+    with mount(source(name)) as mnt:
+        yield name, mnt
+        gc.collect()
+
+
+# ---------------------------------------------------------------- model.safetensors
+
+def test_model_safetensors_load_file(mounted):
+    from safetensors.torch import load_file
+    name, mnt = mounted
+    ref, ties = load_ref(name)
+    path = os.path.join(mnt, "model.safetensors")
+    got = {k: v.clone() for k, v in load_file(path).items()}
+    gc.collect()
+    from safetensors import safe_open
+    with safe_open(path, framework="pt") as f:
+        meta = f.metadata() or {}
+    assert meta.get("format") == "pt", meta
+    compare(got, ref, ties, meta, what=f"{name} model.safetensors (load_file)")
+
+
+def test_model_safetensors_safe_open(mounted):
+    from safetensors import safe_open
+    name, mnt = mounted
+    ref, ties = load_ref(name)
+    with safe_open(os.path.join(mnt, "model.safetensors"), framework="pt") as f:
+        meta = f.metadata() or {}
+        got = {k: f.get_tensor(k).clone() for k in f.keys()}
+        # a slice read (what lazy loaders do) matches too
+        bad_slices = []
+        for k in f.keys():
+            sl = f.get_slice(k)
+            if len(sl.get_shape()) >= 1 and sl.get_shape()[0] > 1 and k in ref:
+                if tensor_bytes(sl[1:]) != tensor_bytes(ref[k][1:]):
+                    bad_slices.append(k)
+    gc.collect()
+    assert not bad_slices, f"{name}: slice [1:] differs for {bad_slices}"
+    compare(got, ref, ties, meta, what=f"{name} model.safetensors (safe_open)")
+
+
+def test_dropped_ties_are_declared_pairs(mounted):
+    """A name left out of model.safetensors is only ever a tied partner of a kept one."""
+    from safetensors import safe_open
+    name, mnt = mounted
+    ref, ties = load_ref(name)
+    with safe_open(os.path.join(mnt, "model.safetensors"), framework="pt") as f:
+        meta = f.metadata() or {}
+        keys = set(f.keys())
+    pairs = {frozenset(p) for p in ties}
+    for dropped in set(ref) - keys:
+        assert frozenset((dropped, meta.get(dropped))) in pairs, (dropped, meta.get(dropped))
+
+
+# ---------------------------------------------------------------- pytorch_model.bin
+
+def _bin(mnt):
+    p = os.path.join(mnt, "pytorch_model.bin")
+    if not os.path.exists(p):
+        pytest.skip("the mount has no pytorch_model.bin view (yet)")
+    return p
+
+
+def _load_bin(p, mmap, ties):
+    """torch.load the mounted pytorch_model.bin; returns ({name: private copy}, [tied pairs
+    that do NOT share a storage]). Nothing that maps the mount outlives this call (a
+    failing assertion's traceback would otherwise keep the mount busy at unmount)."""
+    got = torch.load(p, weights_only=True, mmap=mmap, map_location="cpu")
+    assert isinstance(got, dict), type(got)
+    unshared = [(a, b) for a, b in ties if a in got and b in got and
+                got[a].untyped_storage().data_ptr() != got[b].untyped_storage().data_ptr()]
+    copies = {k: v.clone() for k, v in got.items()}
+    del got
+    gc.collect()
+    return copies, unshared
+
+
+@pytest.mark.parametrize("mmap", [False, True], ids=["read", "mmap"])
+def test_pytorch_model_bin(mounted, mmap):
+    name, mnt = mounted
+    p = _bin(mnt)
+    ref, ties = load_ref(name)
+    from safetensors import safe_open
+    with safe_open(os.path.join(mnt, "model.safetensors"), framework="pt") as f:
+        meta = f.metadata() or {}
+    # tied names must share one storage where the source shares it, and wherever the mount
+    # itself treats the pair as tied (one of them dropped from model.safetensors)
+    must_share = [(a, b) for a, b in ties
+                  if name in SOURCE_SHARES_TIES or meta.get(a) == b or meta.get(b) == a]
+    got, unshared = _load_bin(p, mmap, must_share)
+    compare(got, ref, ties, require_all=True, what=f"{name} pytorch_model.bin (mmap={mmap})")
+    assert not unshared, f"{name}: tied names do not share a storage in pytorch_model.bin: {unshared}"
+
+
+# ---------------------------------------------------------------- optimizer
+
+def test_optimizer_safetensors(mounted):
+    name, mnt = mounted
+    want = load_optim_ref(name)
+    p = os.path.join(mnt, "optimizer.safetensors")
+    if want is None:
+        return
+    if not os.path.exists(p):
+        pytest.skip("the mount has no optimizer.safetensors view (yet)")
+    from safetensors.torch import load_file
+    got = {k: v.clone() for k, v in load_file(p).items()}
+    gc.collect()
+    assert set(got) == set(want), (sorted(set(want) - set(got))[:8],
+                                   sorted(set(got) - set(want))[:8])
+    compare(got, want, [], require_all=True, what=f"{name} optimizer.safetensors")
+
+
+def test_optimizer_json(mounted):
+    name, mnt = mounted
+    want = load_optim_json_ref(name)
+    p = os.path.join(mnt, "optimizer.json")
+    if want is None or not os.path.exists(p):
+        return
+    with open(p) as f:
+        got = json.load(f)
+    assert "param_groups" in got, sorted(got)
+    assert len(got["param_groups"]) == len(want["param_groups"])
+    for g, w in zip(got["param_groups"], want["param_groups"]):
+        for k in ("lr", "betas", "eps", "weight_decay"):
+            if k in w:
+                assert g.get(k) == w[k], (k, g.get(k), w[k])
+
+
+# ---------------------------------------------------------------- passthrough
+
+def test_passthrough_byte_identical(mounted):
+    name, mnt = mounted
+    src = source(name)
+    for rel in passthrough(name):
+        with open(os.path.join(src, rel), "rb") as f:
+            want = f.read()
+        with open(os.path.join(mnt, rel), "rb") as f:
+            got = f.read()
+        assert got == want, f"{name}: {rel} differs through the mount"
+
+
+def test_checkpoint_files_not_passed_through(mounted):
+    """The shards themselves are the checkpoint, not extra files."""
+    name, mnt = mounted
+    top = set(os.listdir(mnt))
+    assert "model.safetensors" in top
+    assert not any(n.endswith(".distcp") for n in top), sorted(top)
+    assert ".metadata" not in top
+    assert not any(n.startswith("pytorch_model-") for n in top), sorted(top)
+
+
+# ---------------------------------------------------------------- llama: transformers
+
+def _llama_logits(path):
+    from transformers import AutoModelForCausalLM
+    ref = torch.load(os.path.join(TORCH_FIXTURES, "_ref", "llama_fsdp2.logits.pt"),
+                     weights_only=True)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=ref["input_ids"]).logits
+    return logits, ref["logits"]
+
+
+def test_llama_from_pretrained_logits():
+    with mount(source("llama_fsdp2")) as mnt:
+        got, want = _llama_logits(mnt)
+    assert torch.equal(got, want)
+
+
+def test_llama_from_pretrained_bin_only():
+    with mount(source("llama_fsdp2")) as mnt:
+        if not os.path.exists(os.path.join(mnt, "pytorch_model.bin")):
+            pytest.skip("the mount has no pytorch_model.bin view (yet)")
+        with tempfile.TemporaryDirectory() as d:
+            for f in ("config.json", "pytorch_model.bin"):
+                os.symlink(os.path.join(mnt, f), os.path.join(d, f))
+            got, want = _llama_logits(d)
+    assert torch.equal(got, want)
+
+
+# ---------------------------------------------------------------- refusals
+
+def test_fsdp1_local_state_dict_refused():
+    src = os.path.join(TORCH_FIXTURES, "fsdp1_local")
+    _path, reason = refuse(src)
+    assert "_flat_param" in reason, reason
