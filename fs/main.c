@@ -69,6 +69,8 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 		return 0;
 	if (us_view_safetensors_new(m->sd, &m->views[m->nviews++], &err) != US_OK)
 		return refuse(&err);
+	if (us_view_torch_new(m->sd, &m->views[m->nviews++], &err) != US_OK)
+		return refuse(&err);
 	if (m->srcfd >= 0 && us_pt_scan(m->srcfd, m->sd, &m->pt, &err) != US_OK)
 		return refuse(&err);
 	if (stat(o->source, &root) < 0 ||

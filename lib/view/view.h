@@ -44,4 +44,9 @@ enum us_status us_view_safetensors_new(const struct us_statedict *sd,
 				       struct us_view **out,
 				       struct us_err *err);
 
+/* pytorch_model.bin: the whole state dict as a torch.save zip archive
+ * (view/torchzip.c).  Refuses a tensor whose dtype torch cannot express. */
+enum us_status us_view_torch_new(const struct us_statedict *sd,
+				 struct us_view **out, struct us_err *err);
+
 #endif /* US_VIEW_H */
