@@ -178,6 +178,8 @@ struct us_tensor *us_sd_add_tensor(struct us_statedict *sd, const char *name,
 	t->dtype = dtype;
 	t->ndim = ndim;
 	t->nchunks = nchunks;
+	t->order = (uint32_t)sd->ntensors;
+	t->nlinks = 1;
 	for (uint32_t i = 0; i < nchunks; i++) {
 		struct us_chunk *c = &t->chunks[i];
 

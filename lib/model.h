@@ -77,6 +77,15 @@ struct us_tensor {
 	uint64_t nbytes;
 	struct us_chunk *chunks;
 	uint32_t nchunks;
+	uint32_t order;          /* position in the source, for tie canonicals */
+	/*
+	 * Ties (ties.h): the group's canonical tensor when this name is tied to
+	 * another and is not itself canonical; NULL otherwise.  Set after
+	 * finalize; a tied name shares the canonical's bytes in every view (one
+	 * inode, one storage, stored once with a "<dropped>": "<kept>" record).
+	 */
+	const struct us_tensor *tie_of;
+	uint32_t nlinks;         /* names in its tie group (1 when untied) */
 };
 
 struct us_statedict {
