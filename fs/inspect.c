@@ -57,7 +57,14 @@ static void put_json_tensor(struct us_sbuf *b, const struct us_statedict *sd,
 	us_sbuf_u64(b, t->nchunks);
 	us_sbuf_puts(b, ",\"sources\":[");
 	put_sources(b, sd, t, true);
-	us_sbuf_puts(b, "]}");
+	us_sbuf_puts(b, "],\"tied_to\":");
+	if (t->tie_of)
+		us_sbuf_json_str(b, t->tie_of->name);
+	else
+		us_sbuf_puts(b, "null");
+	us_sbuf_puts(b, ",\"links\":");
+	us_sbuf_u64(b, t->nlinks);
+	us_sbuf_putc(b, '}');
 }
 
 static int print_json(const struct us_statedict *sd, FILE *out)
@@ -93,9 +100,10 @@ static int print_row(const struct us_statedict *sd, const struct us_tensor *t,
 	us_sbuf_putc(&shape, '\0');
 	us_sbuf_putc(&src, '\0');
 	rc = shape.oom || src.oom ? -1 :
-	     fprintf(out, "%-*s  %-7s  %-18s  %12llu  %6u  %s\n", width, t->name,
-		     us_dtype_name(t->dtype), shape.p,
-		     (unsigned long long)t->nbytes, t->nchunks, src.p);
+	     fprintf(out, "%-*s  %-7s  %-18s  %12llu  %6u  %s%s%s\n", width,
+		     t->name, us_dtype_name(t->dtype), shape.p,
+		     (unsigned long long)t->nbytes, t->nchunks, src.p,
+		     t->tie_of ? "  = " : "", t->tie_of ? t->tie_of->name : "");
 	us_sbuf_free(&shape);
 	us_sbuf_free(&src);
 	return rc < 0 ? -1 : 0;
@@ -104,6 +112,7 @@ static int print_row(const struct us_statedict *sd, const struct us_tensor *t,
 int us_inspect_print(const struct us_statedict *sd, bool json, FILE *out)
 {
 	unsigned long long total = 0;
+	size_t tied = 0;
 	int width = 4;
 
 	if (json)
@@ -118,9 +127,13 @@ int us_inspect_print(const struct us_statedict *sd, bool json, FILE *out)
 	for (size_t i = 0; i < sd->ntensors; i++) {
 		if (print_row(sd, &sd->tensors[i], width, out) < 0)
 			return -1;
-		total += sd->tensors[i].nbytes;
+		if (sd->tensors[i].tie_of)
+			tied++;
+		else
+			total += sd->tensors[i].nbytes;
 	}
-	fprintf(out, "%zu tensors, %llu bytes, %zu source files (%s)\n",
-		sd->ntensors, total, sd->nfiles, sd->format ? sd->format : "?");
+	fprintf(out, "%zu tensors (%zu tied to another), %llu bytes, %zu source "
+		"files (%s)\n", sd->ntensors, tied, total, sd->nfiles,
+		sd->format ? sd->format : "?");
 	return ferror(out) ? -1 : 0;
 }

@@ -28,6 +28,7 @@ struct mount_state {
 	int srcfd;
 	struct us_view *views[4];
 	size_t nviews;
+	struct us_view *raw;     /* tensors/: one raw view per tensor, one block */
 	struct us_pt_list pt;
 	struct us_tree tree;
 };
@@ -44,6 +45,7 @@ static void mount_state_free(struct mount_state *m)
 	us_pt_free(&m->pt);
 	for (size_t i = 0; i < m->nviews; i++)
 		us_view_free(m->views[i]);
+	us_view_raw_array_free(m->raw);
 	if (m->srcfd >= 0)
 		close(m->srcfd);
 	us_sd_free(m->sd);
@@ -57,12 +59,14 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 		.names = { .no_unwrap = o->no_unwrap,
 			   .strip_prefix = o->strip_prefix,
 			   .nstrip = o->nstrip },
+		.progress = !o->quiet && isatty(STDERR_FILENO),
 	};
 	struct us_err err = {0};
 	struct stat root;
 
 	memset(m, 0, sizeof(*m));
 	m->srcfd = -1;
+	us_ties_mode_parse(o->ties, &so.ties); /* validated by us_opts_parse */
 	if (us_source_open(o->source, &so, &m->sd, &m->srcfd, &err) != US_OK)
 		return refuse(&err);
 	if (o->inspect)
@@ -71,11 +75,13 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 		return refuse(&err);
 	if (us_view_torch_new(m->sd, &m->views[m->nviews++], &err) != US_OK)
 		return refuse(&err);
+	if (us_view_raw_array_new(m->sd, &m->raw, &err) != US_OK)
+		return refuse(&err);
 	if (m->srcfd >= 0 && us_pt_scan(m->srcfd, m->sd, &m->pt, &err) != US_OK)
 		return refuse(&err);
 	if (stat(o->source, &root) < 0 ||
-	    us_tree_build(&m->tree, m->views, m->nviews, &m->pt, m->srcfd,
-			  &root) < 0) {
+	    us_tree_build(&m->tree, m->views, m->nviews, m->sd, m->raw, &m->pt,
+			  m->srcfd, &root) < 0) {
 		us_err_set(&err, US_E_NOMEM, ".", "cannot build the tree: %s",
 			   strerror(errno ? errno : ENOMEM));
 		return refuse(&err);

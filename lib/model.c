@@ -28,6 +28,7 @@ void us_sd_free(struct us_statedict *sd)
 	free(sd->files);
 	free(sd->tensors);
 	free(sd->consumed);
+	free(sd->aliases);
 	us_arena_free(&sd->arena);
 	free(sd);
 }
@@ -405,4 +406,94 @@ const struct us_tensor *us_sd_find(const struct us_statedict *sd,
 			lo = mid + 1;
 	}
 	return NULL;
+}
+
+enum us_status us_sd_add_alias(struct us_statedict *sd, const char *name,
+			       const char *target)
+{
+	struct us_alias *a;
+
+	if (!grow((void **)&sd->aliases, &sd->aliases_cap, sd->naliases,
+		  sizeof(*a)))
+		return US_E_NOMEM;
+	a = &sd->aliases[sd->naliases];
+	a->name = us_arena_strdup(&sd->arena, name);
+	a->target = us_arena_strdup(&sd->arena, target);
+	if (!a->name || !a->target)
+		return US_E_NOMEM;
+	sd->naliases++;
+	return US_OK;
+}
+
+static int cmp_ptr_name(const void *a, const void *b)
+{
+	return strcmp((*(const struct us_tensor *const *)a)->name,
+		      (*(const struct us_tensor *const *)b)->name);
+}
+
+static const struct us_tensor *find_by_name(const struct us_tensor **v,
+					    size_t n, const char *name)
+{
+	struct us_tensor key = { .name = name };
+	const struct us_tensor *kp = &key, **hit;
+
+	hit = bsearch(&kp, v, n, sizeof(*v), cmp_ptr_name);
+	return hit ? *hit : NULL;
+}
+
+/* Pairs (alias, target index) of the aliases that apply; phase one, while
+ * tensor pointers are stable. */
+static size_t valid_aliases(struct us_statedict *sd, size_t *target)
+{
+	const struct us_tensor **v = malloc((sd->ntensors + 1) * sizeof(*v));
+	size_t n = sd->ntensors, k = 0;
+
+	if (!v)
+		return SIZE_MAX;
+	for (size_t i = 0; i < n; i++)
+		v[i] = &sd->tensors[i];
+	qsort(v, n, sizeof(*v), cmp_ptr_name);
+	for (size_t i = 0; i < sd->naliases; i++) {
+		const struct us_tensor *t = find_by_name(v, n, sd->aliases[i].target);
+
+		if (t && !find_by_name(v, n, sd->aliases[i].name)) {
+			sd->aliases[k] = sd->aliases[i];
+			target[k++] = (size_t)(t - sd->tensors);
+		}
+	}
+	free(v);
+	return k;
+}
+
+enum us_status us_sd_resolve_aliases(struct us_statedict *sd,
+				     struct us_err *err)
+{
+	size_t *target, n;
+
+	if (!sd->naliases)
+		return US_OK;
+	target = malloc(sd->naliases * sizeof(*target));
+	n = target ? valid_aliases(sd, target) : SIZE_MAX;
+	if (n == SIZE_MAX) {
+		free(target);
+		return us_err_set(err, US_E_NOMEM, ".", "out of memory");
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct us_tensor *copy, *t;
+
+		copy = us_sd_add_tensor(sd, sd->aliases[i].name,
+					sd->tensors[target[i]].dtype,
+					sd->tensors[target[i]].ndim,
+					sd->tensors[target[i]].shape, 0, ".", err);
+		if (!copy) {
+			free(target);
+			return err ? err->status : US_E_NOMEM;
+		}
+		t = &sd->tensors[target[i]]; /* after add: the array may move */
+		copy->chunks = t->chunks;
+		copy->nchunks = t->nchunks;
+	}
+	sd->naliases = 0;
+	free(target);
+	return US_OK;
 }

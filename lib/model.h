@@ -92,10 +92,19 @@ struct us_statedict {
 	struct us_arena arena;
 	const char *format;      /* "safetensors", ... : for inspect */
 	bool finalized;
+	/* The format saves every name separately, so a tied pair arrives as
+	 * two copies (DCP): ties can only be found by proof (ties.h).  Other
+	 * formats declare their ties, and their mount reads no tensor data. */
+	bool prove_ties;
 	struct us_tensor *tensors;
 	size_t ntensors, tensors_cap;
 	struct us_file *files;
 	size_t nfiles, files_cap;
+	/* Declared aliases: "<dropped>" -> "<kept>" records (safetensors). */
+	struct us_alias {
+		const char *name, *target;
+	} *aliases;
+	size_t naliases, aliases_cap;
 	/* Files that belong to the checkpoint (shards, indexes): not passed through. */
 	const char **consumed;
 	size_t nconsumed, consumed_cap;
@@ -137,6 +146,19 @@ struct us_tensor *us_sd_add_whole_tensor(struct us_statedict *sd,
 					 uint32_t ndim, const uint64_t *shape,
 					 uint32_t file, uint64_t offset,
 					 struct us_err *err);
+
+/*
+ * us_sd_add_alias - record that @name, absent from the source, is @target
+ * (huggingface_hub's "<dropped>": "<kept>" metadata).  Resolved by
+ * us_sd_resolve_aliases(): an alias whose name exists, or whose target does
+ * not, is ignored -- metadata values are not always tensor names.
+ */
+enum us_status us_sd_add_alias(struct us_statedict *sd, const char *name,
+			       const char *target);
+/* us_sd_resolve_aliases - add each valid alias as a tensor sharing its
+ * target's chunks (the same bytes: a declared tie). */
+enum us_status us_sd_resolve_aliases(struct us_statedict *sd,
+				     struct us_err *err);
 
 /*
  * us_sd_finalize - sort tensors by name, refuse duplicate names (naming

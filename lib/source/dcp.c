@@ -509,6 +509,7 @@ static enum us_status dcp_read(struct us_statedict *sd, int dirfd,
 	enum us_status rc;
 
 	sd->format = "dcp";
+	sd->prove_ties = true; /* every FQN is saved, a tied pair twice */
 	d.prefix = file ? NULL : dcp_prefix(dirfd);
 	if (!d.prefix)
 		return us_err_set(err, US_E_FORMAT, file ? file : ".",

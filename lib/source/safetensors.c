@@ -86,17 +86,23 @@ static enum us_status st_read_header(const struct us_file *f, cJSON **root,
 	return US_OK;
 }
 
-static enum us_status st_check_metadata(const cJSON *md, const char *path,
-					struct us_err *err)
+/* __metadata__ is {str: str}.  Entries may record dropped tied names as
+ * "<dropped>": "<kept>" (huggingface_hub); each becomes an alias candidate. */
+static enum us_status st_read_metadata(struct us_statedict *sd,
+				       const cJSON *md, const char *path,
+				       struct us_err *err)
 {
 	if (!cJSON_IsObject(md))
 		return us_err_set(err, US_E_FORMAT, path,
 				  "__metadata__ is not an object");
-	for (const cJSON *c = md->child; c; c = c->next)
+	for (const cJSON *c = md->child; c; c = c->next) {
 		if (!cJSON_IsString(c))
 			return us_err_set(err, US_E_FORMAT, path,
 					  "__metadata__ value '%s' is not a "
 					  "string", c->string);
+		if (us_sd_add_alias(sd, c->string, c->valuestring) != US_OK)
+			return us_err_set(err, US_E_NOMEM, path, "out of memory");
+	}
 	return US_OK;
 }
 
@@ -224,7 +230,7 @@ static enum us_status st_read_one(struct us_statedict *sd, int dirfd,
 	}
 	for (const cJSON *c = root->child; c; c = c->next) {
 		if (strcmp(c->string, "__metadata__") == 0)
-			rc = st_check_metadata(c, relpath, err);
+			rc = st_read_metadata(sd, c, relpath, err);
 		else
 			rc = st_parse_entry(c, &v[n++], relpath, err);
 		if (rc != US_OK)

@@ -94,9 +94,14 @@ enum us_status us_source_open(const char *path,
 	}
 	rc = r->read(sd, dirfd, file, err);
 	if (rc == US_OK)
+		rc = us_sd_resolve_aliases(sd, err);
+	if (rc == US_OK)
 		rc = us_names_apply(sd, opts ? &opts->names : NULL, err);
 	if (rc == US_OK)
 		rc = us_sd_finalize(sd, err);
+	if (rc == US_OK)
+		rc = us_ties_detect(sd, opts ? opts->ties : US_TIES_AUTO,
+				    opts && opts->progress, err);
 	if (rc != US_OK) {
 		us_sd_free(sd);
 		goto fail;

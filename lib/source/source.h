@@ -11,10 +11,13 @@
 
 #include "../model.h"
 #include "../names.h"
+#include "../ties.h"
 
 struct us_source_opts {
 	const char *format; /* "auto" (or NULL), "safetensors", ... */
 	struct us_names_opts names;
+	enum us_ties_mode ties;
+	bool progress;      /* report long work (proving ties) on stderr */
 };
 
 /*

@@ -6,7 +6,10 @@
  * Tensors are ordered as the safetensors writer orders them: dtype order
  * (dtype.h) descending, then name by bytes, so every tensor starts at a
  * multiple of its element size and the same SOURCE always gives the same
- * bytes.  __metadata__ carries {"format": "pt"}, which transformers requires.
+ * bytes.  __metadata__ carries {"format": "pt"}, which transformers requires,
+ * and a tied name is stored once: the others are left out and recorded as
+ * "<dropped>": "<kept>" (huggingface_hub's convention; safetensors refuses
+ * aliased spans).  Metadata keys are written sorted.
  */
 #include "view.h"
 
@@ -22,6 +25,8 @@ struct st_view {
 	size_t n;
 	const struct us_tensor **order;
 	uint64_t *begin; /* data offset of order[i], relative to data_start */
+	const struct us_tensor **dropped; /* tied names left out, by name */
+	size_t ndropped;
 };
 
 static int cmp_writer_order(const void *a, const void *b)
@@ -54,6 +59,36 @@ static void put_tensor_entry(struct us_sbuf *b, const struct us_tensor *t,
 	us_sbuf_puts(b, "]}");
 }
 
+static int cmp_dropped(const void *a, const void *b)
+{
+	return strcmp((*(const struct us_tensor *const *)a)->name,
+		      (*(const struct us_tensor *const *)b)->name);
+}
+
+/* {"__metadata__":{...}: "format" and the dropped tied names, sorted. */
+static void put_metadata(struct us_sbuf *b, const struct st_view *sv)
+{
+	bool format_done = false;
+
+	us_sbuf_puts(b, "{\"__metadata__\":{");
+	for (size_t i = 0; i < sv->ndropped; i++) {
+		const struct us_tensor *t = sv->dropped[i];
+
+		if (!format_done && strcmp(t->name, "format") > 0) {
+			us_sbuf_puts(b, "\"format\":\"pt\",");
+			format_done = true;
+		}
+		us_sbuf_json_str(b, t->name);
+		us_sbuf_putc(b, ':');
+		us_sbuf_json_str(b, t->tie_of->name);
+		us_sbuf_putc(b, ',');
+	}
+	if (!format_done)
+		us_sbuf_puts(b, "\"format\":\"pt\",");
+	b->len--; /* the last comma */
+	us_sbuf_putc(b, '}');
+}
+
 /* Build the 8-byte length, the JSON and its padding; fill sv->begin. */
 static enum us_status build_header(struct st_view *sv, uint64_t *data_len)
 {
@@ -62,7 +97,7 @@ static enum us_status build_header(struct st_view *sv, uint64_t *data_len)
 
 	us_sbuf_init(&b);
 	us_sbuf_putn(&b, "\0\0\0\0\0\0\0\0", 8);
-	us_sbuf_puts(&b, "{\"__metadata__\":{\"format\":\"pt\"}");
+	put_metadata(&b, sv);
 	for (size_t i = 0; i < sv->n; i++) {
 		sv->begin[i] = pos;
 		put_tensor_entry(&b, sv->order[i], pos);
@@ -142,6 +177,7 @@ static void st_view_destroy(struct us_view *v)
 	free(sv->header);
 	free(sv->order);
 	free(sv->begin);
+	free(sv->dropped);
 	free(sv);
 }
 
@@ -164,15 +200,21 @@ enum us_status us_view_safetensors_new(const struct us_statedict *sd,
 	v->ops = &st_view_ops;
 	v->sd = sd;
 	v->priv = sv;
-	sv->n = sd->ntensors;
-	sv->order = calloc(sv->n + 1, sizeof(*sv->order));
-	sv->begin = calloc(sv->n + 1, sizeof(*sv->begin));
-	if (!sv->order || !sv->begin)
+	sv->order = calloc(sd->ntensors + 1, sizeof(*sv->order));
+	sv->begin = calloc(sd->ntensors + 1, sizeof(*sv->begin));
+	sv->dropped = calloc(sd->ntensors + 1, sizeof(*sv->dropped));
+	if (!sv->order || !sv->begin || !sv->dropped)
 		goto nomem;
-	for (size_t i = 0; i < sv->n; i++)
-		sv->order[i] = &sd->tensors[i];
+	for (size_t i = 0; i < sd->ntensors; i++) {
+		if (sd->tensors[i].tie_of)
+			sv->dropped[sv->ndropped++] = &sd->tensors[i];
+		else
+			sv->order[sv->n++] = &sd->tensors[i];
+	}
 	if (sv->n > 1)
 		qsort(sv->order, sv->n, sizeof(*sv->order), cmp_writer_order);
+	if (sv->ndropped > 1)
+		qsort(sv->dropped, sv->ndropped, sizeof(*sv->dropped), cmp_dropped);
 	if (build_header(sv, &data_len) != US_OK)
 		goto nomem;
 	v->size = sv->data_start + data_len;

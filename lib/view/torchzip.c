@@ -73,15 +73,15 @@ static bool torch_can_express(enum us_dtype dt)
 
 /*
  * storage_of - the tensor whose storage tensor @i's bytes live in.
- * Today every tensor has its own storage.  When the model marks ties, a
- * tied name maps to the first name of its group: the storage is written
+ * A tied name (ties.h) maps to its group's canonical tensor: the storage is written
  * once (data/<k> at its first use) and every name rebuilds from the same
  * key, as torch.save does for a tied model's state_dict().
  */
 static size_t storage_of(const struct us_statedict *sd, size_t i)
 {
-	(void)sd;
-	return i;
+	const struct us_tensor *c = sd->tensors[i].tie_of;
+
+	return c ? (size_t)(c - sd->tensors) : i;
 }
 
 struct tz_view {

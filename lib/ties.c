@@ -1,0 +1,357 @@
+/* ties.c - finding tie groups: by shared extents, then by proof. */
+#include "ties.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "assemble/assemble.h"
+
+#define PROOF_BUF (1u << 20)
+
+bool us_ties_mode_parse(const char *s, enum us_ties_mode *out)
+{
+	if (!strcmp(s, "auto"))
+		*out = US_TIES_AUTO;
+	else if (!strcmp(s, "declared"))
+		*out = US_TIES_DECLARED;
+	else if (!strcmp(s, "off"))
+		*out = US_TIES_OFF;
+	else
+		return false;
+	return true;
+}
+
+static int cmp_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? -1 : a > b;
+}
+
+/* Same dtype and shape: the precondition of any tie. */
+static int cmp_kind(const struct us_tensor *a, const struct us_tensor *b)
+{
+	int c = cmp_u64(a->dtype, b->dtype);
+
+	if (c || (c = cmp_u64(a->ndim, b->ndim)))
+		return c;
+	for (uint32_t k = 0; k < a->ndim; k++)
+		if ((c = cmp_u64(a->shape[k], b->shape[k])))
+			return c;
+	return 0;
+}
+
+static int cmp_extent(const struct us_extent *a, const struct us_extent *b,
+		      uint32_t ndim)
+{
+	int c;
+
+	if ((c = cmp_u64(a->file, b->file)) || (c = cmp_u64(a->xf, b->xf)) ||
+	    (c = cmp_u64(a->item_off, b->item_off)) ||
+	    (c = cmp_u64(a->offset, b->offset)) ||
+	    (c = cmp_u64(a->dtype, b->dtype)))
+		return c;
+	if (!a->strides || !b->strides)
+		return cmp_u64(!!a->strides, !!b->strides);
+	for (uint32_t k = 0; k < ndim; k++)
+		if ((c = cmp_u64((uint64_t)a->strides[k], (uint64_t)b->strides[k])))
+			return c;
+	return 0;
+}
+
+/* Same kind and the very same source bytes, chunk by chunk. */
+static int cmp_declared(const void *x, const void *y)
+{
+	const struct us_tensor *a = *(const struct us_tensor *const *)x;
+	const struct us_tensor *b = *(const struct us_tensor *const *)y;
+	int c = cmp_kind(a, b);
+
+	if (c || (c = cmp_u64(a->nchunks, b->nchunks)))
+		return c;
+	for (uint32_t i = 0; i < a->nchunks; i++) {
+		const struct us_chunk *p = &a->chunks[i], *q = &b->chunks[i];
+
+		for (uint32_t k = 0; k < a->ndim; k++)
+			if ((c = cmp_u64(p->offsets[k], q->offsets[k])) ||
+			    (c = cmp_u64(p->sizes[k], q->sizes[k])))
+				return c;
+		if ((c = cmp_extent(&p->src, &q->src, a->ndim)))
+			return c;
+	}
+	return 0;
+}
+
+static int cmp_kind_order(const void *x, const void *y)
+{
+	const struct us_tensor *a = *(const struct us_tensor *const *)x;
+	const struct us_tensor *b = *(const struct us_tensor *const *)y;
+	int c = cmp_kind(a, b);
+
+	return c ? c : cmp_u64(a->order, b->order);
+}
+
+/* The canonical tensor of @t's group (itself when untied). */
+static struct us_tensor *canon(struct us_tensor *t)
+{
+	return t->tie_of ? (struct us_tensor *)t->tie_of : t;
+}
+
+/* Merge the groups of @a and @b; the earlier source name stays canonical. */
+static void link_pair(struct us_statedict *sd, struct us_tensor *a,
+		      struct us_tensor *b)
+{
+	struct us_tensor *ca = canon(a), *cb = canon(b), *keep, *drop;
+
+	if (ca == cb)
+		return;
+	keep = ca->order < cb->order ? ca : cb;
+	drop = keep == ca ? cb : ca;
+	for (size_t i = 0; i < sd->ntensors; i++)
+		if (sd->tensors[i].tie_of == drop)
+			sd->tensors[i].tie_of = keep;
+	drop->tie_of = keep;
+}
+
+static void link_declared(struct us_statedict *sd, struct us_tensor **v)
+{
+	size_t n = sd->ntensors;
+
+	qsort(v, n, sizeof(*v), cmp_declared);
+	for (size_t i = 1; i < n; i++)
+		if (cmp_declared(&v[i - 1], &v[i]) == 0)
+			link_pair(sd, v[i - 1], v[i]);
+}
+
+/* ---- proof ---------------------------------------------------------------- */
+
+struct prover {
+	const struct us_statedict *sd;
+	unsigned char *a, *b;
+	bool progress;
+	time_t start, last;
+	uint64_t bytes; /* read so far, for progress */
+};
+
+static void report(struct prover *p)
+{
+	time_t now;
+
+	if (!p->progress)
+		return;
+	now = time(NULL);
+	if (now - p->start >= 1 && now != p->last) {
+		fprintf(stderr, "\runshardfs: proving tied weights: %llu MiB compared",
+			(unsigned long long)(p->bytes >> 20));
+		p->last = now;
+	}
+}
+
+static int read_block(struct prover *p, const struct us_tensor *t,
+		      unsigned char *buf, uint64_t len, uint64_t off)
+{
+	int rc = us_tensor_read(p->sd, t, buf, len, off);
+
+	p->bytes += len;
+	report(p);
+	return rc;
+}
+
+/* Every element of @buf (@len bytes) equals the element @first. */
+static bool all_equal(const unsigned char *buf, uint64_t len,
+		      const unsigned char *first, unsigned isz)
+{
+	for (uint64_t i = 0; i < len; i += isz)
+		if (memcmp(buf + i, first, isz) != 0)
+			return false;
+	return true;
+}
+
+/* 1: every element equal; 0: not; <0: read error. */
+static int is_constant(struct prover *p, const struct us_tensor *t)
+{
+	unsigned isz = us_dtype_bits(t->dtype) / 8;
+	unsigned char first[16];
+	uint64_t off;
+	int rc;
+
+	if (t->numel <= 1)
+		return 1;
+	if ((rc = read_block(p, t, first, isz, 0)) < 0)
+		return rc;
+	for (off = 0; off < t->nbytes; off += PROOF_BUF) {
+		uint64_t n = t->nbytes - off < PROOF_BUF ? t->nbytes - off : PROOF_BUF;
+
+		if ((rc = read_block(p, t, p->a, n, off)) < 0)
+			return rc;
+		if (!all_equal(p->a, n, first, isz))
+			return 0;
+	}
+	return 1;
+}
+
+/* 1: same bytes; 0: differ; <0: read error. */
+static int same_bytes(struct prover *p, const struct us_tensor *x,
+		      const struct us_tensor *y)
+{
+	for (uint64_t off = 0; off < x->nbytes; off += PROOF_BUF) {
+		uint64_t n = x->nbytes - off < PROOF_BUF ? x->nbytes - off : PROOF_BUF;
+		int rc;
+
+		if ((rc = read_block(p, x, p->a, n, off)) < 0 ||
+		    (rc = read_block(p, y, p->b, n, off)) < 0)
+			return rc;
+		if (memcmp(p->a, p->b, n) != 0)
+			return 0;
+	}
+	return 1;
+}
+
+struct cand {
+	struct us_tensor *t;
+	uint64_t hash; /* of the first bytes: only equal hashes are compared */
+};
+
+static int cmp_cand(const void *x, const void *y)
+{
+	const struct cand *a = x, *b = y;
+	int c = cmp_u64(a->hash, b->hash);
+
+	return c ? c : cmp_u64(a->t->order, b->t->order);
+}
+
+#define PREFIX 4096u
+
+/* FNV-1a of the first bytes; 0 marks a constant tensor (never a candidate). */
+static int prefix_hash(struct prover *p, const struct us_tensor *t, uint64_t *h)
+{
+	uint64_t n = t->nbytes < PREFIX ? t->nbytes : PREFIX, v = 1469598103934665603ull;
+	unsigned isz = us_dtype_bits(t->dtype) / 8;
+	int rc;
+
+	if ((rc = read_block(p, t, p->b, n, 0)) < 0)
+		return rc;
+	if (all_equal(p->b, n, p->b, isz)) {
+		rc = is_constant(p, t);
+		if (rc != 0) {
+			*h = 0;
+			return rc < 0 ? rc : 0;
+		}
+	}
+	for (uint64_t i = 0; i < n; i++)
+		v = (v ^ p->b[i]) * 1099511628211ull;
+	*h = v | 1;
+	return 0;
+}
+
+/* Within candidates of one kind and hash: compare against each class's
+ * canonical; link on proof. */
+static int prove_bucket(struct prover *p, struct us_statedict *sd,
+			struct cand *c, size_t n)
+{
+	for (size_t i = 1; i < n; i++) {
+		for (size_t j = 0; j < i; j++) {
+			int rc;
+
+			if (canon(c[j].t) != c[j].t || canon(c[i].t) == c[j].t)
+				continue; /* compare with class canonicals only */
+			rc = same_bytes(p, c[j].t, c[i].t);
+			if (rc < 0)
+				return rc;
+			if (rc == 1) {
+				link_pair(sd, c[j].t, c[i].t);
+				break;
+			}
+		}
+	}
+	return 0;
+}
+
+static int prove_run(struct prover *p, struct us_statedict *sd,
+		     struct us_tensor **run, size_t n)
+{
+	struct cand *c = calloc(n, sizeof(*c));
+	size_t m = 0;
+	int rc = 0;
+
+	if (!c)
+		return -12; /* -ENOMEM */
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		if (run[i]->tie_of)
+			continue; /* already in a declared group */
+		c[m].t = run[i];
+		rc = prefix_hash(p, run[i], &c[m].hash);
+		if (rc == 0 && c[m].hash)
+			m++;
+	}
+	qsort(c, m, sizeof(*c), cmp_cand);
+	for (size_t i = 0, j; rc == 0 && i < m; i = j) {
+		for (j = i + 1; j < m && c[j].hash == c[i].hash; j++)
+			;
+		if (j - i > 1)
+			rc = prove_bucket(p, sd, c + i, j - i);
+	}
+	free(c);
+	return rc;
+}
+
+static int link_proven(struct us_statedict *sd, struct us_tensor **v,
+		       bool progress)
+{
+	struct prover p = { .sd = sd, .progress = progress, .start = time(NULL) };
+	size_t n = sd->ntensors;
+	int rc = 0;
+
+	p.a = malloc(PROOF_BUF);
+	p.b = malloc(PROOF_BUF);
+	if (!p.a || !p.b)
+		rc = -12;
+	qsort(v, n, sizeof(*v), cmp_kind_order);
+	for (size_t i = 0, j; rc == 0 && i < n; i = j) {
+		for (j = i + 1; j < n && cmp_kind(v[i], v[j]) == 0; j++)
+			;
+		if (j - i > 1 && v[i]->nbytes && us_dtype_bits(v[i]->dtype) % 8 == 0)
+			rc = prove_run(&p, sd, v + i, j - i);
+	}
+	if (progress && p.last)
+		fputc('\n', stderr);
+	free(p.a);
+	free(p.b);
+	return rc;
+}
+
+static void count_links(struct us_statedict *sd)
+{
+	for (size_t i = 0; i < sd->ntensors; i++)
+		sd->tensors[i].nlinks = 1;
+	for (size_t i = 0; i < sd->ntensors; i++)
+		if (sd->tensors[i].tie_of)
+			((struct us_tensor *)sd->tensors[i].tie_of)->nlinks++;
+	for (size_t i = 0; i < sd->ntensors; i++)
+		if (sd->tensors[i].tie_of)
+			sd->tensors[i].nlinks = sd->tensors[i].tie_of->nlinks;
+}
+
+enum us_status us_ties_detect(struct us_statedict *sd, enum us_ties_mode mode,
+			      bool progress, struct us_err *err)
+{
+	struct us_tensor **v;
+	int rc = 0;
+
+	if (mode == US_TIES_OFF || sd->ntensors < 2)
+		return US_OK;
+	v = malloc(sd->ntensors * sizeof(*v));
+	if (!v)
+		return us_err_set(err, US_E_NOMEM, ".", "out of memory");
+	for (size_t i = 0; i < sd->ntensors; i++)
+		v[i] = &sd->tensors[i];
+	link_declared(sd, v);
+	if (mode == US_TIES_AUTO && sd->prove_ties)
+		rc = link_proven(sd, v, progress);
+	free(v);
+	count_links(sd);
+	if (rc < 0)
+		return us_err_set(err, rc == -12 ? US_E_NOMEM : US_E_IO, ".",
+				  "cannot read tensors while proving ties: %s",
+				  strerror(-rc));
+	return US_OK;
+}
