@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "assemble/assemble.h"
 #include "assemble/cuda.h"
 #include "inspect.h"
 #include "ops.h"
@@ -71,6 +72,10 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 		return refuse(&err);
 	if (o->inspect)
 		return 0;
+	if (us_assemble_init(o->cache_size) < 0) {
+		us_err_set(&err, US_E_NOMEM, ".", "out of memory");
+		return refuse(&err);
+	}
 	if (us_view_safetensors_new(m->sd, &m->views[m->nviews++], &err) != US_OK)
 		return refuse(&err);
 	if (us_view_torch_new(m->sd, &m->views[m->nviews++], &err) != US_OK)

@@ -31,12 +31,12 @@ static void us_init(void *userdata, struct fuse_conn_info *conn)
 	conn->congestion_threshold = 48;
 }
 
-static void fill_entry(struct us_tree *t, struct us_node *n,
+static void fill_entry(struct us_tree *t, fuse_ino_t ino,
 		       struct fuse_entry_param *e)
 {
 	memset(e, 0, sizeof(*e));
-	e->ino = us_tree_ino(t, n);
-	e->attr = n->st;
+	e->ino = ino;
+	us_tree_stat(t, ino, &e->attr);
 	e->attr_timeout = US_TIMEOUT;
 	e->entry_timeout = US_TIMEOUT;
 }
@@ -44,23 +44,26 @@ static void fill_entry(struct us_tree *t, struct us_node *n,
 static void us_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct us_tree *t = tree_of(req);
-	struct us_node *d = us_tree_get(t, parent), *n;
+	struct us_node *d = us_tree_get(t, parent);
 	struct fuse_entry_param e;
+	fuse_ino_t ino;
 
 	if (!d || d->kind != US_NODE_DIR) {
 		fuse_reply_err(req, d ? ENOTDIR : ENOENT);
 		return;
 	}
-	n = us_tree_child(t, d, name);
-	if (!n) {
+	/* Any name of a node counts toward the one count of that node: the
+	 * kernel forgets inodes, not names. */
+	ino = us_tree_lookup(d, name);
+	if (!ino) {
 		/* A negative entry the kernel may cache: the tree never changes. */
 		memset(&e, 0, sizeof(e));
 		e.entry_timeout = US_TIMEOUT;
 		fuse_reply_entry(req, &e);
 		return;
 	}
-	fill_entry(t, n, &e);
-	atomic_fetch_add(&n->nlookup, 1);
+	fill_entry(t, ino, &e);
+	atomic_fetch_add(&t->nodes[ino - 1].nlookup, 1);
 	fuse_reply_entry(req, &e);
 }
 
@@ -88,27 +91,31 @@ static void us_forget_multi(fuse_req_t req, size_t count,
 
 static void us_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct us_node *n = us_tree_get(tree_of(req), ino);
+	struct us_tree *t = tree_of(req);
+	struct stat st;
 
 	(void)fi;
-	if (!n)
+	if (!us_tree_get(t, ino)) {
 		fuse_reply_err(req, ENOENT);
-	else
-		fuse_reply_attr(req, &n->st, US_TIMEOUT);
+		return;
+	}
+	us_tree_stat(t, ino, &st);
+	fuse_reply_attr(req, &st, US_TIMEOUT);
 }
 
 /* Open a passthrough file and make sure it is still the file seen at mount. */
 static int open_passthrough(struct us_tree *t, const struct us_node *n)
 {
+	const struct stat *was = n->like;
 	struct stat st;
-	int fd = openat(t->srcfd, n->relpath, O_RDONLY | O_CLOEXEC);
+	int fd = openat(t->srcfd, n->u.relpath, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &st) < 0 || st.st_dev != n->src_st.st_dev ||
-	    st.st_ino != n->src_st.st_ino || st.st_size != n->src_st.st_size ||
-	    st.st_mtim.tv_sec != n->src_st.st_mtim.tv_sec ||
-	    st.st_mtim.tv_nsec != n->src_st.st_mtim.tv_nsec) {
+	if (fstat(fd, &st) < 0 || st.st_dev != was->st_dev ||
+	    st.st_ino != was->st_ino || st.st_size != was->st_size ||
+	    st.st_mtim.tv_sec != was->st_mtim.tv_sec ||
+	    st.st_mtim.tv_nsec != was->st_mtim.tv_nsec) {
 		close(fd);
 		return -EIO;
 	}
@@ -203,7 +210,7 @@ static void us_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	struct us_node *n = us_tree_get(tree_of(req), ino);
-	uint64_t fsize = n ? (uint64_t)n->st.st_size : 0;
+	uint64_t fsize = n ? n->size : 0;
 	long long got;
 	char *buf;
 
@@ -222,8 +229,8 @@ static void us_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	if (n->kind == US_NODE_VIEW) {
-		got = us_view_read(n->view, buf, size, (uint64_t)off);
+	if (n->kind == US_NODE_VIEW || n->kind == US_NODE_TENSOR) {
+		got = us_view_read(n->u.view, buf, size, (uint64_t)off);
 	} else {
 		int rc = us_pread_full((int)fi->fh, buf, size, (uint64_t)off);
 		got = rc < 0 ? rc : (long long)size;
@@ -275,14 +282,16 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, !d ? ENOENT : !buf ? ENOMEM : ENOTDIR);
 		return;
 	}
-	for (size_t i = (size_t)off; i < d->nchildren + 2; i++) {
-		struct us_node *n = i == 0 ? d : i == 1 ? us_tree_get(t, d->parent)
-			: &t->nodes[d->children[i - 2] - 1];
-		const char *name = i == 0 ? "." : i == 1 ? ".." : n->name;
+	for (size_t i = (size_t)off; i < d->u.dir.nents + 2; i++) {
+		fuse_ino_t cino = i == 0 ? ino : i == 1 ? d->parent
+				  : d->u.dir.ents[i - 2].ino;
+		const char *name = i == 0 ? "." : i == 1 ? ".."
+				   : d->u.dir.ents[i - 2].name;
 		struct fuse_entry_param e;
 		size_t need;
 
-		fill_entry(t, n, &e);
+		/* d_ino is st_ino: hard links show one inode in ls -i too. */
+		fill_entry(t, cino, &e);
 		if (plus)
 			need = fuse_add_direntry_plus(req, buf + pos, size - pos,
 						      name, &e, (off_t)i + 1);
@@ -292,7 +301,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (need > size - pos)
 			break;
 		if (plus && i >= 2)
-			atomic_fetch_add(&n->nlookup, 1);
+			atomic_fetch_add(&t->nodes[cino - 1].nlookup, 1);
 		pos += need;
 	}
 	fuse_reply_buf(req, buf, pos);
@@ -329,11 +338,61 @@ static void us_statfs(fuse_req_t req, fuse_ino_t ino)
 	memset(&s, 0, sizeof(s));
 	s.f_bsize = 4096;
 	s.f_frsize = 4096;
+	/* Inodes, not names: a tied tensor is counted once (tree.c). */
 	s.f_blocks = (t->total_bytes + 4095) / 4096;
 	s.f_files = t->n;
 	s.f_namemax = 255;
 	s.f_flag = ST_RDONLY;
 	fuse_reply_statfs(req, &s);
+}
+
+/* ---- extended attributes: tensors/ files describe themselves ------------ */
+
+/* The xattr size protocol: @size 0 asks how much room the value needs; a
+ * buffer too small for it is ERANGE. */
+static void reply_xattr_value(fuse_req_t req, const char *val, size_t len,
+			      size_t size)
+{
+	if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (size < len)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, val, len);
+}
+
+static void us_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			size_t size)
+{
+	struct us_node *n = us_tree_get(tree_of(req), ino);
+	struct us_sbuf b;
+	int rc;
+
+	if (!n || n->kind != US_NODE_TENSOR) {
+		fuse_reply_err(req, n ? ENODATA : ENOENT);
+		return;
+	}
+	/* Built on request (view/raw.c): nothing is kept per tensor. */
+	us_sbuf_init(&b);
+	rc = us_view_raw_xattr(n->u.view, name, &b);
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		reply_xattr_value(req, b.p, b.len, size);
+	us_sbuf_free(&b);
+}
+
+static void us_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct us_node *n = us_tree_get(tree_of(req), ino);
+
+	if (!n)
+		fuse_reply_err(req, ENOENT);
+	else if (n->kind == US_NODE_TENSOR)
+		reply_xattr_value(req, us_raw_xattr_list,
+				  us_raw_xattr_list_len, size);
+	else
+		reply_xattr_value(req, NULL, 0, size);
 }
 
 /* ---- everything that would change the tree: EROFS ---------------------- */
@@ -445,6 +504,8 @@ const struct fuse_lowlevel_ops us_fuse_ops = {
 	.link = us_link,
 	.write = us_write,
 	.create = us_create,
+	.getxattr = us_getxattr,
+	.listxattr = us_listxattr,
 	.setxattr = us_setxattr,
 	.removexattr = us_removexattr,
 	.fallocate = us_fallocate,

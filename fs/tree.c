@@ -1,13 +1,33 @@
-/* tree.c - building the static inode table. */
+/*
+ * tree.c - building the static inode table.
+ *
+ * Nodes are added first, each name as a (parent, name, ino) link; once all
+ * are in, the links are sorted by (parent, name) and become one block of
+ * directory entries, each directory owning a slice of it.  That is what lets
+ * several names share one node (tied tensors) while every other node has
+ * exactly one.
+ */
 #include "tree.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+struct link {
+	fuse_ino_t parent;
+	struct us_dirent ent;
+};
+
+struct builder {
+	struct us_tree *t;
+	struct link *links;
+	size_t n, cap;
+};
+
 static struct us_node *tree_add(struct us_tree *t, enum us_node_kind kind,
-				const char *name, fuse_ino_t parent,
-				const struct stat *st)
+				const struct stat *like, uint64_t size)
 {
 	struct us_node *n;
 
@@ -23,146 +43,303 @@ static struct us_node *tree_add(struct us_tree *t, enum us_node_kind kind,
 	n = &t->nodes[t->n++];
 	memset(n, 0, sizeof(*n));
 	n->kind = kind;
-	n->name = name;
-	n->parent = parent;
-	n->st = *st;
-	n->st.st_ino = (ino_t)t->n;
+	n->like = like;
+	n->size = size;
+	n->nlink = kind == US_NODE_DIR ? 2 : 0; /* files: one per link */
 	return n;
 }
 
-/* Attributes of a file we serve: read-only, owned by whoever mounted. */
-static struct stat file_stat(const struct stat *like, uint64_t size)
+/* Give @ino the name @name in directory @parent. */
+static int link_add(struct builder *b, fuse_ino_t parent, const char *name,
+		    fuse_ino_t ino)
 {
-	struct stat st = *like;
+	struct us_node *n = &b->t->nodes[ino - 1];
 
-	st.st_mode = S_IFREG | 0444;
-	st.st_nlink = 1;
-	st.st_size = (off_t)size;
-	st.st_blksize = 1 << 20;
-	st.st_blocks = (blkcnt_t)((size + 511) / 512);
-	return st;
-}
+	if (b->n == b->cap) {
+		size_t cap = b->cap ? b->cap * 2 : 64;
+		void *p = realloc(b->links, cap * sizeof(*b->links));
 
-static struct stat dir_stat(const struct stat *like)
-{
-	struct stat st = *like;
-
-	st.st_mode = S_IFDIR | 0555;
-	st.st_nlink = 2;
-	return st;
-}
-
-static int cmp_child(const void *a, const void *b, void *arg)
-{
-	const struct us_tree *t = arg;
-
-	return strcmp(t->nodes[*(const fuse_ino_t *)a - 1].name,
-		      t->nodes[*(const fuse_ino_t *)b - 1].name);
-}
-
-/* Fill every directory's sorted children array from the parent links. */
-static int tree_link_children(struct us_tree *t)
-{
-	for (size_t i = 1; i < t->n; i++)
-		t->nodes[t->nodes[i].parent - 1].nchildren++;
-	for (size_t i = 0; i < t->n; i++) {
-		struct us_node *d = &t->nodes[i];
-
-		if (d->kind != US_NODE_DIR)
-			continue;
-		d->children = calloc(d->nchildren + 1, sizeof(*d->children));
-		if (!d->children)
+		if (!p)
 			return -1;
-		d->nchildren = 0;
+		b->links = p;
+		b->cap = cap;
 	}
-	for (size_t i = 1; i < t->n; i++) {
-		struct us_node *d = &t->nodes[t->nodes[i].parent - 1];
-
-		d->children[d->nchildren++] = (fuse_ino_t)i + 1;
-		if (t->nodes[i].kind == US_NODE_DIR)
-			d->st.st_nlink++;
-	}
-	for (size_t i = 0; i < t->n; i++)
-		if (t->nodes[i].kind == US_NODE_DIR && t->nodes[i].nchildren > 1)
-			qsort_r(t->nodes[i].children, t->nodes[i].nchildren,
-				sizeof(fuse_ino_t), cmp_child, t);
+	b->links[b->n++] = (struct link){ parent, { name, ino } };
+	if (n->kind == US_NODE_DIR)
+		n->parent = parent;
+	else
+		n->nlink++;
 	return 0;
 }
 
-static bool is_view_name(struct us_view *const *views, size_t nviews,
-			 const char *name)
+static int cmp_link(const void *a, const void *b)
 {
+	const struct link *x = a, *y = b;
+
+	if (x->parent != y->parent)
+		return x->parent < y->parent ? -1 : 1;
+	return strcmp(x->ent.name, y->ent.name);
+}
+
+/* Sort the links into t->ents and give each directory its slice. */
+static int tree_link_dirs(struct builder *b)
+{
+	struct us_tree *t = b->t;
+
+	qsort(b->links, b->n, sizeof(*b->links), cmp_link);
+	t->ents = calloc(b->n + 1, sizeof(*t->ents));
+	if (!t->ents)
+		return -1;
+	t->nents = b->n;
+	for (size_t i = 0; i < b->n; i++) {
+		struct us_node *d = &t->nodes[b->links[i].parent - 1];
+
+		t->ents[i] = b->links[i].ent;
+		if (!d->u.dir.ents)
+			d->u.dir.ents = &t->ents[i];
+		d->u.dir.nents++;
+		if (t->nodes[b->links[i].ent.ino - 1].kind == US_NODE_DIR)
+			d->nlink++;
+	}
+	return 0;
+}
+
+static bool root_name_taken(struct us_view *const *views, size_t nviews,
+			    bool tensors, const char *name)
+{
+	if (tensors && strcmp(name, US_TENSORS_DIR) == 0)
+		return true;
 	for (size_t i = 0; i < nviews; i++)
 		if (strcmp(views[i]->name, name) == 0)
 			return true;
 	return false;
 }
 
-static int tree_add_passthrough(struct us_tree *t, const struct us_pt_list *pt,
-				struct us_view *const *views, size_t nviews)
+static int tree_add_passthrough(struct builder *b, const struct us_pt_list *pt,
+				struct us_view *const *views, size_t nviews,
+				bool tensors)
 {
 	/* pt entry i becomes node map[i]; parents precede children. */
 	fuse_ino_t *map = calloc(pt->n + 1, sizeof(*map));
+	int rc = 0;
 
 	if (!map)
 		return -1;
-	for (size_t i = 0; i < pt->n; i++) {
+	for (size_t i = 0; i < pt->n && rc == 0; i++) {
 		const struct us_pt_entry *e = &pt->v[i];
 		fuse_ino_t parent = e->parent == SIZE_MAX ? FUSE_ROOT_ID
 							  : map[e->parent];
+		bool dir = S_ISDIR(e->st.st_mode);
 		struct us_node *n;
-		struct stat st;
 
 		if (!parent || (parent == FUSE_ROOT_ID &&
-				is_view_name(views, nviews, e->name)))
+				root_name_taken(views, nviews, tensors, e->name)))
 			continue; /* shadowed by a view, or under a skipped dir */
-		st = S_ISDIR(e->st.st_mode) ? dir_stat(&e->st)
-					    : file_stat(&e->st, (uint64_t)e->st.st_size);
-		n = tree_add(t, S_ISDIR(e->st.st_mode) ? US_NODE_DIR
-			     : US_NODE_PASSTHROUGH, e->name, parent, &st);
+		n = tree_add(b->t, dir ? US_NODE_DIR : US_NODE_PASSTHROUGH,
+			     &e->st, dir ? 0 : (uint64_t)e->st.st_size);
 		if (!n) {
-			free(map);
-			return -1;
+			rc = -1;
+			break;
 		}
-		n->relpath = e->relpath;
-		n->src_st = e->st;
-		map[i] = us_tree_ino(t, n);
-		t->total_bytes += S_ISREG(e->st.st_mode) ? (uint64_t)e->st.st_size : 0;
+		if (!dir)
+			n->u.relpath = e->relpath;
+		map[i] = us_tree_ino(b->t, n);
+		rc = link_add(b, parent, e->name, map[i]);
 	}
 	free(map);
+	return rc;
+}
+
+size_t us_tensor_file_name(const char *name, char *buf, size_t cap)
+{
+	bool dots = strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
+	size_t n = 0;
+
+	for (const char *p = name; *p; p++) {
+		const char *esc = *p == '%' ? "%25" : *p == '/' ? "%2F"
+				  : dots ? "%2E" : NULL;
+		size_t k = esc ? 3 : 1;
+
+		if (n + k < cap)
+			memcpy(buf + n, esc ? esc : p, k);
+		n += k;
+	}
+	if (cap)
+		buf[n < cap ? n : cap - 1] = '\0';
+	return n;
+}
+
+/*
+ * The node that holds tensor @i: its tie group's canonical.  ties.c keeps
+ * tie_of pointing at an untied member of sd->tensors; anything else would be
+ * a bug there, and serving the name on its own node is the safe answer.
+ */
+static size_t canonical_of(const struct us_statedict *sd, size_t i)
+{
+	const struct us_tensor *c = sd->tensors[i].tie_of;
+
+	if (!c || c < sd->tensors || c >= sd->tensors + sd->ntensors ||
+	    c->tie_of)
+		return i;
+	return (size_t)(c - sd->tensors);
+}
+
+/* A tensor name that cannot be a directory entry is left out of tensors/
+ * (it is still in model.safetensors): empty, or too long once encoded. */
+static bool tensor_name_fits(size_t enc_len)
+{
+	return enc_len > 0 && enc_len <= NAME_MAX;
+}
+
+/*
+ * Encoded names that differ from the tensor name go in one block, t->names;
+ * the others point at the tensor name itself (encoding only ever grows a
+ * name, so "same length" means "unchanged").  names[i] is NULL when tensor
+ * i gets no entry.
+ */
+static int tensor_names(struct us_tree *t, const struct us_statedict *sd,
+			const char **names)
+{
+	size_t pool = 0, pos = 0;
+
+	for (size_t i = 0; i < sd->ntensors; i++) {
+		const char *name = sd->tensors[i].name;
+		size_t enc = us_tensor_file_name(name, NULL, 0);
+
+		if (tensor_name_fits(enc) && enc != strlen(name))
+			pool += enc + 1;
+	}
+	t->names = malloc(pool + 1);
+	if (!t->names)
+		return -1;
+	for (size_t i = 0; i < sd->ntensors; i++) {
+		const char *name = sd->tensors[i].name;
+		size_t enc = us_tensor_file_name(name, NULL, 0);
+
+		names[i] = NULL;
+		if (!tensor_name_fits(enc))
+			continue;
+		if (enc == strlen(name)) {
+			names[i] = name;
+			continue;
+		}
+		names[i] = t->names + pos;
+		pos += us_tensor_file_name(name, t->names + pos, pool - pos) + 1;
+	}
+	return 0;
+}
+
+/* tensors/: a node per canonical tensor, an entry per name.  A tied name's
+ * entry names its canonical's node: one inode, st_nlink = its names. */
+static int tree_add_tensors(struct builder *b, const struct us_statedict *sd,
+			    const struct us_view *raw)
+{
+	struct us_tree *t = b->t;
+	struct us_node *d = tree_add(t, US_NODE_DIR, NULL, 0);
+	fuse_ino_t dir = d ? us_tree_ino(t, d) : 0;
+	fuse_ino_t *ino = calloc(sd->ntensors + 1, sizeof(*ino));
+	const char **names = calloc(sd->ntensors + 1, sizeof(*names));
+	int rc = -1;
+
+	if (!d || !ino || !names || link_add(b, FUSE_ROOT_ID, US_TENSORS_DIR, dir))
+		goto out;
+	if (tensor_names(t, sd, names) < 0)
+		goto out;
+	for (size_t i = 0; i < sd->ntensors; i++) {
+		struct us_node *n;
+
+		if (canonical_of(sd, i) != i)
+			continue;
+		n = tree_add(t, US_NODE_TENSOR, NULL, raw[i].size);
+		if (!n)
+			goto out;
+		n->u.view = &raw[i];
+		ino[i] = us_tree_ino(t, n);
+	}
+	for (size_t i = 0; i < sd->ntensors; i++)
+		if (names[i] && link_add(b, dir, names[i],
+					 ino[canonical_of(sd, i)]) < 0)
+			goto out;
+	rc = 0;
+out:
+	free(ino);
+	free(names);
+	return rc;
+}
+
+/* statfs and du count inodes, not names: a tied tensor counts once. */
+static uint64_t tree_total_bytes(const struct us_tree *t)
+{
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < t->n; i++)
+		if (t->nodes[i].kind != US_NODE_DIR && t->nodes[i].nlink)
+			sum += t->nodes[i].size;
+	return sum;
+}
+
+/* Size both arrays for everything up front: with 100k tensors, doubling
+ * would leave up to half of each unused for the life of the mount. */
+static int tree_reserve(struct builder *b, size_t nviews,
+			const struct us_statedict *sd, const struct us_pt_list *pt)
+{
+	size_t n = 2 + nviews + (sd ? sd->ntensors : 0) + (pt ? pt->n : 0);
+
+	b->t->nodes = calloc(n, sizeof(*b->t->nodes));
+	b->links = calloc(n, sizeof(*b->links));
+	if (!b->t->nodes || !b->links)
+		return -1;
+	b->t->cap = n;
+	b->cap = n;
 	return 0;
 }
 
 int us_tree_build(struct us_tree *t, struct us_view *const *views,
-		  size_t nviews, const struct us_pt_list *pt, int srcfd,
-		  const struct stat *root_st)
+		  size_t nviews, const struct us_statedict *sd,
+		  const struct us_view *raw, const struct us_pt_list *pt,
+		  int srcfd, const struct stat *root_st)
 {
-	struct stat rst = dir_stat(root_st);
+	struct builder b = { .t = t };
+	bool tensors = sd && raw;
+	int rc = -1;
 
 	memset(t, 0, sizeof(*t));
 	t->srcfd = srcfd;
-	if (!tree_add(t, US_NODE_DIR, "", FUSE_ROOT_ID, &rst))
-		return -1;
+	t->root_st = *root_st;
+	if (tree_reserve(&b, nviews, tensors ? sd : NULL, pt) < 0 ||
+	    !tree_add(t, US_NODE_DIR, NULL, 0))
+		goto out;
+	t->nodes[0].parent = FUSE_ROOT_ID;
 	for (size_t i = 0; i < nviews; i++) {
-		struct stat st = file_stat(root_st, views[i]->size);
-		struct us_node *n = tree_add(t, US_NODE_VIEW, views[i]->name,
-					     FUSE_ROOT_ID, &st);
+		struct us_node *n = tree_add(t, US_NODE_VIEW, NULL,
+					     views[i]->size);
 
 		if (!n)
-			return -1;
-		n->view = views[i];
-		t->total_bytes += views[i]->size;
+			goto out;
+		n->u.view = views[i];
+		if (link_add(&b, FUSE_ROOT_ID, views[i]->name, us_tree_ino(t, n)))
+			goto out;
 	}
-	if (pt && tree_add_passthrough(t, pt, views, nviews) < 0)
-		return -1;
-	return tree_link_children(t);
+	if (tensors && tree_add_tensors(&b, sd, raw) < 0)
+		goto out;
+	if (pt && tree_add_passthrough(&b, pt, views, nviews, tensors) < 0)
+		goto out;
+	if (tree_link_dirs(&b) < 0)
+		goto out;
+	t->total_bytes = tree_total_bytes(t);
+	rc = 0;
+out:
+	free(b.links);
+	if (rc < 0)
+		errno = ENOMEM; /* allocation is all that can fail */
+	return rc;
 }
 
 void us_tree_free(struct us_tree *t)
 {
-	for (size_t i = 0; i < t->n; i++)
-		free(t->nodes[i].children);
 	free(t->nodes);
+	free(t->ents);
+	free(t->names);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -171,22 +348,38 @@ struct us_node *us_tree_get(struct us_tree *t, fuse_ino_t ino)
 	return ino >= 1 && ino <= t->n ? &t->nodes[ino - 1] : NULL;
 }
 
-struct us_node *us_tree_child(struct us_tree *t, const struct us_node *dir,
-			      const char *name)
+fuse_ino_t us_tree_lookup(const struct us_node *dir, const char *name)
 {
-	size_t lo = 0, hi = dir->nchildren;
+	size_t lo = 0, hi = dir->u.dir.nents;
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		struct us_node *c = &t->nodes[dir->children[mid] - 1];
-		int r = strcmp(name, c->name);
+		int r = strcmp(name, dir->u.dir.ents[mid].name);
 
 		if (r == 0)
-			return c;
+			return dir->u.dir.ents[mid].ino;
 		if (r < 0)
 			hi = mid;
 		else
 			lo = mid + 1;
 	}
-	return NULL;
+	return 0;
+}
+
+void us_tree_stat(const struct us_tree *t, fuse_ino_t ino, struct stat *st)
+{
+	const struct us_node *n = &t->nodes[ino - 1];
+
+	*st = n->like ? *n->like : t->root_st;
+	st->st_ino = (ino_t)ino;
+	st->st_nlink = n->nlink;
+	if (n->kind == US_NODE_DIR) {
+		st->st_mode = S_IFDIR | 0555;
+		return;
+	}
+	/* Read-only, owned by whoever mounted (or the source's owner). */
+	st->st_mode = S_IFREG | 0444;
+	st->st_size = (off_t)n->size;
+	st->st_blksize = 1 << 20;
+	st->st_blocks = (blkcnt_t)((n->size + 511) / 512);
 }

@@ -6,6 +6,15 @@
  * counts are still kept honestly (incremented on every entry reply, dropped
  * by forget) so that the discipline holds when later nodes come and go, and
  * so that tests can check it.
+ *
+ * Names and inodes are separate.  A directory holds a sorted array of
+ * entries (name -> ino); a node holds what an inode has: kind, size, link
+ * count, content.  Tied tensors are the reason: tensors/a and tensors/b are
+ * two entries naming one node, which is what makes them hard links (same
+ * st_ino, st_nlink 2, counted once by du, statfs, tar, rsync -H, cp -a).
+ *
+ * A node is kept small (no struct stat in it: attributes are computed by
+ * us_tree_stat from a template stat), since tensors/ has one per tensor.
  */
 #ifndef US_TREE_H
 #define US_TREE_H
@@ -20,46 +29,79 @@
 #include "source/passthrough.h"
 #include "view/view.h"
 
+/* The directory of raw tensor views; it shadows a SOURCE entry of that name. */
+#define US_TENSORS_DIR "tensors"
+
 enum us_node_kind {
 	US_NODE_DIR,
 	US_NODE_VIEW,        /* a file rendered from the state dict */
+	US_NODE_TENSOR,      /* tensors/<name>: a raw view, maybe hard-linked */
 	US_NODE_PASSTHROUGH, /* a SOURCE file served as is */
+};
+
+struct us_dirent {
+	const char *name;
+	fuse_ino_t ino;
 };
 
 struct us_node {
 	enum us_node_kind kind;
-	const char *name;
-	fuse_ino_t parent;
-	struct stat st;          /* st_ino is ours; the rest is served as is */
-	fuse_ino_t *children;    /* directories: sorted by name */
-	size_t nchildren;
-	const struct us_view *view;  /* US_NODE_VIEW */
-	const char *relpath;     /* US_NODE_PASSTHROUGH: under srcfd */
-	struct stat src_st;      /* US_NODE_PASSTHROUGH: identity at mount */
+	uint32_t nlink;          /* names of a file; 2 + subdirectories */
+	fuse_ino_t parent;       /* directories: for ".." */
+	uint64_t size;
+	/* Owner, times and (passthrough) identity at mount: the source's stat
+	 * for what we pass through; NULL (SOURCE's, t->root_st) for what we
+	 * render. */
+	const struct stat *like;
+	union {
+		struct {
+			struct us_dirent *ents; /* sorted by name (strcmp) */
+			size_t nents;
+		} dir;                          /* US_NODE_DIR */
+		const struct us_view *view;     /* US_NODE_VIEW, US_NODE_TENSOR */
+		const char *relpath;            /* US_NODE_PASSTHROUGH: under srcfd */
+	} u;
 	_Atomic uint64_t nlookup;
 };
 
 struct us_tree {
 	struct us_node *nodes;
 	size_t n, cap;
+	struct us_dirent *ents;  /* every directory's entries, in one block */
+	size_t nents;
+	char *names;             /* encoded tensor names that differ from t->name */
+	struct stat root_st;     /* SOURCE's stat at mount: the template */
 	int srcfd;               /* SOURCE directory, or -1 */
-	uint64_t total_bytes;    /* for statfs */
+	uint64_t total_bytes;    /* for statfs: every inode counted once */
 };
 
 /*
- * us_tree_build - root directory, one file per view, and the passthrough
- * entries (a passthrough name that a view uses is left out: views win).
+ * us_tree_build - root directory, one file per view, tensors/ with one
+ * entry per tensor of @sd (tied names on their canonical's node, whose
+ * content is @raw[canonical index]; @raw is indexed like sd->tensors, may be
+ * NULL for no tensors/), then the passthrough entries (a root name that a
+ * view or tensors/ uses is left out: views win).  0, or -1 with errno set.
  */
 int us_tree_build(struct us_tree *t, struct us_view *const *views,
-		  size_t nviews, const struct us_pt_list *pt, int srcfd,
-		  const struct stat *root_st);
+		  size_t nviews, const struct us_statedict *sd,
+		  const struct us_view *raw, const struct us_pt_list *pt,
+		  int srcfd, const struct stat *root_st);
 void us_tree_free(struct us_tree *t);
 
 /* us_tree_get - the node of @ino, or NULL when it is not one of ours. */
 struct us_node *us_tree_get(struct us_tree *t, fuse_ino_t ino);
-/* us_tree_child - binary search of @name in directory @dir. */
-struct us_node *us_tree_child(struct us_tree *t, const struct us_node *dir,
-			      const char *name);
+/* us_tree_lookup - binary search of @name in directory @dir; 0 if absent. */
+fuse_ino_t us_tree_lookup(const struct us_node *dir, const char *name);
+/* us_tree_stat - the attributes of @ino (which must be one of ours). */
+void us_tree_stat(const struct us_tree *t, fuse_ino_t ino, struct stat *st);
+
+/*
+ * us_tensor_file_name - the tensors/ file name of tensor @name: '%' is
+ * written "%25" and '/' "%2F" (design.md); a name that is "." or ".." has
+ * its dots written "%2E".  Writes at most @cap bytes with the NUL and
+ * returns the length it needs without the NUL.
+ */
+size_t us_tensor_file_name(const char *name, char *buf, size_t cap);
 
 static inline fuse_ino_t us_tree_ino(const struct us_tree *t,
 				     const struct us_node *n)

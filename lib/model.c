@@ -22,10 +22,13 @@ void us_sd_free(struct us_statedict *sd)
 {
 	if (!sd)
 		return;
-	for (size_t i = 0; i < sd->nfiles; i++)
+	us_sd_free(sd->optim);
+	free(sd->optim_json);
+	for (size_t i = 0; !sd->borrowed_files && i < sd->nfiles; i++)
 		if (sd->files[i].fd >= 0)
 			close(sd->files[i].fd);
-	free(sd->files);
+	if (!sd->borrowed_files)
+		free(sd->files);
 	free(sd->tensors);
 	free(sd->consumed);
 	free(sd->aliases);
@@ -50,6 +53,18 @@ static bool grow(void **arr, size_t *cap, size_t n, size_t elem)
 	*arr = p;
 	*cap = ncap;
 	return true;
+}
+
+struct us_statedict *us_sd_optim(struct us_statedict *sd)
+{
+	if (!sd->optim) {
+		sd->optim = us_sd_new();
+		if (sd->optim) {
+			sd->optim->borrowed_files = true;
+			sd->optim->format = sd->format;
+		}
+	}
+	return sd->optim;
 }
 
 bool us_sd_is_consumed(const struct us_statedict *sd, const char *relpath)
@@ -376,6 +391,12 @@ enum us_status us_sd_finalize(struct us_statedict *sd, struct us_err *err)
 {
 	assert(!sd->finalized);
 	sd->finalized = true;
+	if (sd->optim) {
+		/* The parent's file table is complete now: share it. */
+		sd->optim->files = sd->files;
+		sd->optim->nfiles = sd->nfiles;
+		US_TRY(us_sd_finalize(sd->optim, err));
+	}
 	if (sd->ntensors > 1)
 		qsort(sd->tensors, sd->ntensors, sizeof(*sd->tensors),
 		      cmp_tensor_name);

@@ -105,6 +105,15 @@ struct us_statedict {
 		const char *name, *target;
 	} *aliases;
 	size_t naliases, aliases_cap;
+	/*
+	 * The optimizer state, when the source has it: its tensors as a child
+	 * state dict named "state.<param>.<slot>" (it reads through this
+	 * state dict's files), and its non-tensor state (param_groups,
+	 * scalars) as JSON text.  NULL when absent.
+	 */
+	struct us_statedict *optim;
+	char *optim_json;
+	bool borrowed_files;     /* a child: files belong to the parent */
 	/* Files that belong to the checkpoint (shards, indexes): not passed through. */
 	const char **consumed;
 	size_t nconsumed, consumed_cap;
@@ -113,6 +122,10 @@ struct us_statedict {
 struct us_statedict *us_sd_new(void);
 /* Closes every file and frees everything the state dict owns. */
 void us_sd_free(struct us_statedict *sd);
+
+/* us_sd_optim - the optimizer child of @sd, created on first use (NULL when
+ * out of memory).  Its tensors' extents index @sd's files. */
+struct us_statedict *us_sd_optim(struct us_statedict *sd);
 
 /*
  * us_sd_open_file - open @relpath under @dirfd (symlinks followed), record

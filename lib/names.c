@@ -99,3 +99,41 @@ bool us_is_optimizer_container(const char *k)
 	       !strcmp(k, "lr_scheduler") || !strcmp(k, "lr_schedulers") ||
 	       !strcmp(k, "scheduler");
 }
+
+/* "state.<param>.<slot>" -> "state." + unwrap(<param>) + ".<slot>". */
+static char *unwrap_optim_name(const char *name, const struct us_names_opts *o)
+{
+	const char *param = name + 6, *slot = strrchr(name, '.');
+	size_t plen;
+	char *in, *out;
+
+	if (strncmp(name, "state.", 6) != 0 || slot <= param)
+		return NULL; /* not a per-parameter entry: keep it */
+	plen = (size_t)(slot - param);
+	in = strndup(param, plen);
+	out = malloc(strlen(name) + 1);
+	if (in && out) {
+		us_unwrap_name(in, o, out + 6);
+		memcpy(out, "state.", 6);
+		strcat(out, slot);
+	}
+	free(in);
+	return out;
+}
+
+enum us_status us_names_apply_optim(struct us_statedict *sd,
+				    const struct us_names_opts *o,
+				    struct us_err *err)
+{
+	for (size_t i = 0; i < sd->ntensors; i++) {
+		struct us_tensor *t = &sd->tensors[i];
+		char *n = unwrap_optim_name(t->name, o);
+
+		if (n && strcmp(n, t->name) != 0)
+			t->name = us_arena_strdup(&sd->arena, n);
+		free(n);
+		if (!t->name)
+			return us_err_set(err, US_E_NOMEM, ".", "out of memory");
+	}
+	return US_OK;
+}

@@ -33,6 +33,12 @@ struct us_names_opts {
  */
 void us_unwrap_name(const char *src, const struct us_names_opts *o, char *out);
 
+/* us_names_apply_optim - unwrap optimizer names "state.<param>.<slot>":
+ * the <param> part is unwrapped as a model name would be. */
+enum us_status us_names_apply_optim(struct us_statedict *sd,
+				    const struct us_names_opts *o,
+				    struct us_err *err);
+
 /* us_is_optimizer_container - a top-level key whose subtree is optimizer
  * state (optim, optimizer, optimizer_N, ...), never part of the model. */
 bool us_is_optimizer_container(const char *key);

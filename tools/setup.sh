@@ -37,7 +37,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 
 # ---------------------------------------------------------------- 1. system packages
 PACKAGES=(build-essential meson ninja-build pkg-config fuse3 libfuse3-dev libcjson-dev
-          libzstd-dev python3-venv attr strace)
+          libzstd-dev python3-venv attr strace rsync)
 missing=()
 for p in "${PACKAGES[@]}"; do
     if ! dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed'; then

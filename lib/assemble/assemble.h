@@ -18,6 +18,13 @@
 int us_tensor_read(const struct us_statedict *sd, const struct us_tensor *t,
 		   void *buf, uint64_t len, uint64_t off);
 
+/*
+ * us_assemble_init - set the bound on decoded data kept in memory
+ * (--cache-size, in bytes; cache.h) and forget any state of an earlier
+ * state dict.  Call before serving, with no read in flight.  0 or -ENOMEM.
+ */
+int us_assemble_init(uint64_t cache_size);
+
 /* us_file_check - 0 while @f still has the identity seen at mount, else -EIO
  * (or the fstat errno). */
 int us_file_check(const struct us_file *f);

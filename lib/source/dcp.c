@@ -8,7 +8,10 @@
  * list of chunks (N-D boxes, listed in rank order); each chunk's bytes are a
  * torch.save archive at [offset, offset + length) of a .distcp file, parsed
  * in place for its dtype, shape, strides and storage record.  Coverage (no
- * hole, no overlap) is checked by us_sd_finalize().
+ * hole, no overlap) is checked by us_sd_finalize().  An item saved with the
+ * zstd extension ("stream.zstd/1") is one zstd frame of such an archive:
+ * only its head is decoded here (dcp_zstd.h), and reads decode it through
+ * the cache (assemble/zitem.h).
  */
 #include "source.h"
 
@@ -20,6 +23,7 @@
 
 #include "../io.h"
 #include "../path.h"
+#include "dcp_zstd.h"
 #include "torchpkl.h"
 
 #define MAX_METADATA (1ull << 30)
@@ -228,17 +232,20 @@ static const char *model_name(const struct dcp *d, const char *fqn)
 
 /* ---- chunks --------------------------------------------------------------- */
 
+/* The item's transform: none, or exactly one zstd stream; others refused. */
 static enum us_status check_transforms(const struct dcp *d,
-				       const struct dcp_item *it)
+				       const struct dcp_item *it,
+				       enum us_transform *xf)
 {
 	const struct us_pk *t = it->transforms;
 
+	*xf = US_XF_NONE;
 	if (!t || t->kind == US_PK_NONE || us_pk_len(t) == 0)
 		return US_OK;
-	if (us_pk_len(t) == 1 && us_pk_is_str(us_pk_at(t, 0), "stream.zstd/1"))
-		return us_err_set(d->err, US_E_UNSUPPORTED, d->metapath,
-				  "'%s' is stored zstd-compressed (stream.zstd/1), "
-				  "which this version cannot serve yet", it->fqn);
+	if (us_pk_len(t) == 1 && us_pk_is_str(us_pk_at(t, 0), "stream.zstd/1")) {
+		*xf = US_XF_ZSTD;
+		return US_OK;
+	}
 	return us_err_set(d->err, US_E_UNSUPPORTED, d->metapath,
 			  "'%s' has an unknown storage transform", it->fqn);
 }
@@ -270,26 +277,66 @@ static enum us_status open_item_file(struct dcp *d, const struct dcp_item *it,
 	return US_OK;
 }
 
+/* A stored item: its archive is parsed in place, offsets are the file's. */
+static int plain_item(int fd, const struct dcp_item *it, struct us_arena *a,
+		      struct us_torch_tensor *tt, struct us_extent *x,
+		      const char **why)
+{
+	struct us_torch_archive ta;
+
+	if (us_torch_archive_open(&ta, fd, it->offset, it->length, a, why) < 0 ||
+	    us_torch_match(ta.root, tt, why) != 1 ||
+	    us_torch_extent(&ta, tt, &x->offset, why) < 0)
+		return -1;
+	return 0;
+}
+
+/*
+ * A zstd item: only its head is decoded (dcp_zstd.h), and small items
+ * whole.  decoded_len is the end of the storage record plus room for its
+ * data descriptor -- all a read needs (the bytes and their CRC-32), and a
+ * lower bound of the item's decoded size that the zip structure
+ * guarantees: a real stream shorter than that, or whose record fails its
+ * CRC (possible only for an item too long to be verified here), makes
+ * reads of that tensor answer EIO, never other bytes.
+ */
+static int zstd_item(int fd, const struct dcp_item *it, struct us_arena *a,
+		     struct us_torch_tensor *tt, struct us_extent *x,
+		     const char **why)
+{
+	struct us_dcp_zitem zi;
+
+	if (us_dcp_zstd_item(fd, it->offset, it->length, a, &zi, why) < 0)
+		return -1;
+	*tt = zi.tt;
+	x->xf = US_XF_ZSTD;
+	x->item_off = it->offset;
+	x->item_len = it->length;
+	x->decoded_len = zi.served;
+	x->offset = zi.first;
+	return 0;
+}
+
 /* Parse the item's torch.save archive and point the chunk at its storage. */
 static enum us_status item_extent(struct dcp *d, const struct dcp_item *it,
 				  const struct us_tensor *t, struct us_chunk *c)
 {
 	struct us_torch_tensor tt;
-	struct us_torch_archive ta;
 	struct us_arena a;
 	const char *why = "item is not a tensor";
+	enum us_transform xf;
 	uint32_t file;
-	uint64_t off;
 	int64_t *strides;
 	enum us_status rc = US_OK;
+	int fd, prc;
 
-	US_TRY(check_transforms(d, it));
+	US_TRY(check_transforms(d, it, &xf));
 	US_TRY(open_item_file(d, it, &file));
+	fd = d->sd->files[file].fd;
 	us_arena_init(&a);
-	if (us_torch_archive_open(&ta, d->sd->files[file].fd, it->offset,
-				  it->length, &a, &why) < 0 ||
-	    us_torch_match(ta.root, &tt, &why) != 1 ||
-	    us_torch_extent(&ta, &tt, &off, &why) < 0) {
+	prc = xf == US_XF_ZSTD ? zstd_item(fd, it, &a, &tt, &c->src, &why)
+			       : plain_item(fd, it, &a, &tt, &c->src, &why);
+	if (prc < 0) {
 		rc = us_err_set(d->err, US_E_FORMAT, d->sd->files[file].relpath,
 				"item of '%s': %s", it->fqn, why);
 		goto out;
@@ -309,7 +356,6 @@ static enum us_status item_extent(struct dcp *d, const struct dcp_item *it,
 	}
 	memcpy(strides, tt.strides, t->ndim * sizeof(*strides));
 	c->src.file = file;
-	c->src.offset = off;
 	c->src.strides = strides;
 out:
 	us_arena_free(&a);

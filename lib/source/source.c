@@ -97,6 +97,8 @@ enum us_status us_source_open(const char *path,
 		rc = us_sd_resolve_aliases(sd, err);
 	if (rc == US_OK)
 		rc = us_names_apply(sd, opts ? &opts->names : NULL, err);
+	if (rc == US_OK && sd->optim)
+		rc = us_names_apply_optim(sd->optim, opts ? &opts->names : NULL, err);
 	if (rc == US_OK)
 		rc = us_sd_finalize(sd, err);
 	if (rc == US_OK)

@@ -190,13 +190,21 @@ enum us_status us_view_safetensors_new(const struct us_statedict *sd,
 				       struct us_view **out,
 				       struct us_err *err)
 {
+	return us_view_safetensors_named(sd, "model.safetensors", out, err);
+}
+
+enum us_status us_view_safetensors_named(const struct us_statedict *sd,
+					 const char *name,
+					 struct us_view **out,
+					 struct us_err *err)
+{
 	struct us_view *v = calloc(1, sizeof(*v));
 	struct st_view *sv = calloc(1, sizeof(*sv));
 	uint64_t data_len = 0;
 
 	if (!v || !sv)
 		goto nomem;
-	v->name = "model.safetensors";
+	v->name = name;
 	v->ops = &st_view_ops;
 	v->sd = sd;
 	v->priv = sv;
@@ -225,5 +233,5 @@ nomem:
 		us_view_free(v);
 	else
 		free(sv);
-	return us_err_set(err, US_E_NOMEM, "model.safetensors", "out of memory");
+	return us_err_set(err, US_E_NOMEM, name, "out of memory");
 }

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../codec/jsonw.h"
 #include "../model.h"
 
 struct us_view;
@@ -43,10 +44,63 @@ void us_view_free(struct us_view *v);
 enum us_status us_view_safetensors_new(const struct us_statedict *sd,
 				       struct us_view **out,
 				       struct us_err *err);
+/* The same, under another (static) file name: optimizer.safetensors. */
+enum us_status us_view_safetensors_named(const struct us_statedict *sd,
+					 const char *name,
+					 struct us_view **out,
+					 struct us_err *err);
+
+/* A file whose bytes are @text, copied at mount (optimizer.json). */
+enum us_status us_view_text_new(const char *name, const char *text,
+				struct us_view **out, struct us_err *err);
 
 /* pytorch_model.bin: the whole state dict as a torch.save zip archive
  * (view/torchzip.c).  Refuses a tensor whose dtype torch cannot express. */
 enum us_status us_view_torch_new(const struct us_statedict *sd,
 				 struct us_view **out, struct us_err *err);
+
+/*
+ * tensors/<name>: one tensor's raw little-endian row-major bytes (size
+ * t->nbytes), read through us_tensor_read (view/raw.c).  The view's name is
+ * the tensor name as is; the daemon encodes it for the directory.  A raw
+ * view is one struct us_view and nothing else, so that 100k of them stay
+ * cheap; priv is the tensor, which the state dict owns.
+ */
+enum us_status us_view_raw_new(const struct us_statedict *sd,
+			       const struct us_tensor *t,
+			       struct us_view **out, struct us_err *err);
+/* us_view_raw_init - the same, in a struct us_view the caller owns. */
+void us_view_raw_init(struct us_view *v, const struct us_statedict *sd,
+		      const struct us_tensor *t);
+/* us_view_raw_array_new - raw views of every tensor, in one block indexed
+ * like sd->tensors; free it with us_view_raw_array_free, not us_view_free. */
+enum us_status us_view_raw_array_new(const struct us_statedict *sd,
+				     struct us_view **out, struct us_err *err);
+void us_view_raw_array_free(struct us_view *views);
+/* us_view_raw_tensor - the tensor of raw view @v; NULL for any other view. */
+const struct us_tensor *us_view_raw_tensor(const struct us_view *v);
+
+/*
+ * Extended attributes of a raw view (design.md, the tensors/ line):
+ *   user.unshardfs.dtype   the safetensors dtype string, e.g. "F32"
+ *   user.unshardfs.shape   dims joined by ',', e.g. "4096,4096"; "" for a scalar
+ *   user.unshardfs.source  the distinct SOURCE files its chunks come from, in
+ *                          chunk order, joined by ','; then " (N chunks)"
+ *                          when N > 1; a list past 4000 bytes ends with
+ *                          ",... (F files)"
+ * us_raw_xattr_list is the listxattr reply: the three names, each followed
+ * by a NUL (us_raw_xattr_list_len bytes).
+ */
+#define US_XATTR_DTYPE "user.unshardfs.dtype"
+#define US_XATTR_SHAPE "user.unshardfs.shape"
+#define US_XATTR_SOURCE "user.unshardfs.source"
+extern const char us_raw_xattr_list[];
+extern const size_t us_raw_xattr_list_len;
+
+/* us_view_raw_xattr - append the value of xattr @name of raw view @v to @b
+ * (no NUL).  0, -ENODATA for an unknown name or a view that is not raw, or
+ * -ENOMEM. */
+int us_view_raw_xattr(const struct us_view *v, const char *name,
+		      struct us_sbuf *b);
 
 #endif /* US_VIEW_H */

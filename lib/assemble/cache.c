@@ -1,0 +1,297 @@
+/* cache.c - LRU of decoded items, bounded in bytes, safe across threads. */
+#include "cache.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#define MIN_BUCKETS 64u
+
+/* The LRU list: a ring through the cache's head, most recent first. */
+struct link {
+	struct link *prev, *next;
+};
+
+struct us_cache_entry {
+	struct link lru;                    /* first: a link is its entry */
+	struct us_cache_key key;
+	struct us_cache_entry *hnext;       /* hash chain */
+	unsigned refs;
+	bool listed;   /* in the list and the table (else only pinned) */
+	size_t len;
+	unsigned char data[];
+};
+
+struct us_cache {
+	pthread_mutex_t lock;
+	uint64_t capacity;
+	uint64_t used;                  /* bytes of every entry alive */
+	struct link lru;                /* head: lru.next is the MRU */
+	struct us_cache_entry **buckets;
+	size_t nbuckets, count;         /* nbuckets is a power of two */
+};
+
+struct us_cache *us_cache_new(uint64_t capacity)
+{
+	struct us_cache *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->buckets = calloc(MIN_BUCKETS, sizeof(*c->buckets));
+	if (!c->buckets || pthread_mutex_init(&c->lock, NULL) != 0) {
+		free(c->buckets);
+		free(c);
+		return NULL;
+	}
+	c->nbuckets = MIN_BUCKETS;
+	c->capacity = capacity;
+	c->lru.next = c->lru.prev = &c->lru;
+	return c;
+}
+
+static struct us_cache_entry *entry(struct link *l)
+{
+	return (struct us_cache_entry *)(void *)l;
+}
+
+void us_cache_free(struct us_cache *c)
+{
+	struct link *l, *next;
+
+	if (!c)
+		return;
+	for (l = c->lru.next; l != &c->lru; l = next) {
+		next = l->next;
+		assert(entry(l)->refs == 0); /* a reader still holds it: caller bug */
+		free(entry(l));
+	}
+	pthread_mutex_destroy(&c->lock);
+	free(c->buckets);
+	free(c);
+}
+
+static size_t hash(const struct us_cache *c, struct us_cache_key k)
+{
+	uint64_t h = (k.item_off ^ ((uint64_t)k.file << 40)) * 0x9E3779B97F4A7C15ull;
+
+	return (size_t)(h >> 32) & (c->nbuckets - 1);
+}
+
+static struct us_cache_entry **slot(struct us_cache *c, struct us_cache_key k)
+{
+	struct us_cache_entry **p = &c->buckets[hash(c, k)];
+
+	while (*p && ((*p)->key.file != k.file || (*p)->key.item_off != k.item_off))
+		p = &(*p)->hnext;
+	return p;
+}
+
+static void lru_unlink(struct us_cache_entry *e)
+{
+	e->lru.prev->next = e->lru.next;
+	e->lru.next->prev = e->lru.prev;
+}
+
+static void lru_push(struct us_cache *c, struct us_cache_entry *e)
+{
+	e->lru.prev = &c->lru;
+	e->lru.next = c->lru.next;
+	c->lru.next->prev = &e->lru;
+	c->lru.next = &e->lru;
+}
+
+/* Double the table when it is as full as it is wide; a failed resize only
+ * makes chains longer. */
+static void maybe_grow(struct us_cache *c)
+{
+	struct us_cache_entry **old = c->buckets, *e, *next;
+	size_t oldn = c->nbuckets;
+
+	if (c->count < c->nbuckets)
+		return;
+	c->buckets = calloc(oldn * 2, sizeof(*c->buckets));
+	if (!c->buckets) {
+		c->buckets = old;
+		return;
+	}
+	c->nbuckets = oldn * 2;
+	for (size_t i = 0; i < oldn; i++) {
+		for (e = old[i]; e; e = next) {
+			size_t h = hash(c, e->key);
+
+			next = e->hnext;
+			e->hnext = c->buckets[h];
+			c->buckets[h] = e;
+		}
+	}
+	free(old);
+}
+
+/* Take a listed entry out of the list and the table; the caller frees it
+ * now or lets its last reader do so. */
+static void unlist(struct us_cache *c, struct us_cache_entry *e)
+{
+	*slot(c, e->key) = e->hnext;
+	lru_unlink(e);
+	e->listed = false;
+	c->count--;
+}
+
+static void drop(struct us_cache *c, struct us_cache_entry *e)
+{
+	c->used -= e->len;
+	free(e);
+}
+
+/* Evict unpinned entries, least recent first, until @len more bytes fit. */
+static bool make_room(struct us_cache *c, size_t len)
+{
+	struct link *l = c->lru.prev, *prev;
+
+	if (len > c->capacity)
+		return false;
+	while (c->used > c->capacity - len && l != &c->lru) {
+		prev = l->prev;
+		if (entry(l)->refs == 0) {
+			unlist(c, entry(l));
+			drop(c, entry(l));
+		}
+		l = prev;
+	}
+	return c->used <= c->capacity - len;
+}
+
+struct us_cache_entry *us_cache_get(struct us_cache *c, struct us_cache_key key)
+{
+	struct us_cache_entry *e;
+
+	pthread_mutex_lock(&c->lock);
+	e = *slot(c, key);
+	if (e) {
+		e->refs++;
+		lru_unlink(e);
+		lru_push(c, e);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return e;
+}
+
+struct us_cache_entry *us_cache_alloc(struct us_cache *c, struct us_cache_key key,
+				      size_t len)
+{
+	struct us_cache_entry *e = NULL;
+
+	pthread_mutex_lock(&c->lock);
+	if (make_room(c, len)) {
+		e = malloc(sizeof(*e) + len);
+		if (e) {
+			*e = (struct us_cache_entry){ .key = key, .refs = 1, .len = len };
+			c->used += len; /* reserved from now on */
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return e;
+}
+
+struct us_cache_entry *us_cache_publish(struct us_cache *c,
+					struct us_cache_entry *e)
+{
+	struct us_cache_entry **p, *hit;
+
+	pthread_mutex_lock(&c->lock);
+	p = slot(c, e->key);
+	hit = *p;
+	if (hit) {
+		/* Another reader decoded the same item first: keep one copy. */
+		hit->refs++;
+		lru_unlink(hit);
+		lru_push(c, hit);
+		drop(c, e);
+		e = hit;
+	} else {
+		e->hnext = NULL;
+		*p = e;
+		lru_push(c, e);
+		e->listed = true;
+		c->count++;
+		maybe_grow(c);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return e;
+}
+
+void us_cache_put(struct us_cache *c, struct us_cache_entry *e)
+{
+	pthread_mutex_lock(&c->lock);
+	assert(e->refs > 0);
+	if (--e->refs == 0 && !e->listed)
+		drop(c, e);
+	pthread_mutex_unlock(&c->lock);
+}
+
+void *us_cache_buf(struct us_cache_entry *e)
+{
+	return e->data;
+}
+
+size_t us_cache_len(const struct us_cache_entry *e)
+{
+	return e->len;
+}
+
+uint64_t us_cache_used(struct us_cache *c)
+{
+	uint64_t used;
+
+	pthread_mutex_lock(&c->lock);
+	used = c->used;
+	pthread_mutex_unlock(&c->lock);
+	return used;
+}
+
+size_t us_cache_count(struct us_cache *c)
+{
+	size_t n;
+
+	pthread_mutex_lock(&c->lock);
+	n = c->count;
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}
+
+uint64_t us_cache_capacity(const struct us_cache *c)
+{
+	return c->capacity;
+}
+
+/* ---- the process's cache -------------------------------------------------- */
+
+static pthread_mutex_t global_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct us_cache *global;
+
+int us_cache_init(uint64_t capacity)
+{
+	struct us_cache *c = us_cache_new(capacity);
+
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_lock(&global_lock);
+	us_cache_free(global);
+	global = c;
+	pthread_mutex_unlock(&global_lock);
+	return 0;
+}
+
+struct us_cache *us_cache_global(void)
+{
+	struct us_cache *c;
+
+	pthread_mutex_lock(&global_lock);
+	if (!global)
+		global = us_cache_new(US_CACHE_DEFAULT);
+	c = global;
+	pthread_mutex_unlock(&global_lock);
+	return c;
+}

@@ -1,0 +1,80 @@
+/*
+ * cache.h - the bounded cache of decoded items (--cache-size).
+ *
+ * Entries are byte buffers keyed by (file, item offset): a zstd item decoded
+ * up to the bytes the mount serves from it.  The cache is an LRU list plus a
+ * hash table behind one mutex; the FUSE loop is multithreaded, so an entry
+ * is pinned (reference counted) while a reader copies from it, and an entry
+ * evicted while pinned is freed by its last reader.
+ *
+ * The bound: the bytes of every entry alive -- listed, pinned after
+ * eviction, or allocated and still being filled -- never exceed the
+ * capacity.  Room is reserved before a buffer is allocated; when it cannot
+ * be made (the item is larger than the capacity, or pinned entries hold
+ * the room) the caller is told so and streams instead.
+ */
+#ifndef US_CACHE_H
+#define US_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define US_CACHE_DEFAULT (256ull << 20) /* the --cache-size default */
+
+struct us_cache;
+struct us_cache_entry;
+
+struct us_cache_key {
+	uint32_t file;     /* index into us_statedict.files */
+	uint64_t item_off; /* the item's byte offset in that file */
+};
+
+/* us_cache_new - an empty cache holding at most @capacity bytes; NULL when
+ * out of memory.  us_cache_free needs every entry released first. */
+struct us_cache *us_cache_new(uint64_t capacity);
+void us_cache_free(struct us_cache *c);
+
+/* us_cache_get - the entry for @key, pinned and made most recently used;
+ * NULL on a miss. */
+struct us_cache_entry *us_cache_get(struct us_cache *c, struct us_cache_key key);
+
+/*
+ * us_cache_alloc - reserve @len bytes (evicting least recently used entries
+ * that nobody pins) and allocate a pinned, unlisted entry for @key whose
+ * buffer (us_cache_buf) the caller fills.  NULL when the room cannot be made
+ * or memory is short: the caller then does without the cache.
+ */
+struct us_cache_entry *us_cache_alloc(struct us_cache *c, struct us_cache_key key,
+				      size_t len);
+
+/*
+ * us_cache_publish - list a filled entry from us_cache_alloc.  When another
+ * thread listed the same key meanwhile, @e is dropped and that entry is
+ * returned instead (pinned); otherwise @e itself, still pinned.
+ */
+struct us_cache_entry *us_cache_publish(struct us_cache *c,
+					struct us_cache_entry *e);
+
+/* us_cache_put - unpin @e (from get, publish, or an unpublished alloc,
+ * which is then dropped). */
+void us_cache_put(struct us_cache *c, struct us_cache_entry *e);
+
+void *us_cache_buf(struct us_cache_entry *e);
+size_t us_cache_len(const struct us_cache_entry *e);
+
+/* Accounting, for tests: bytes alive (see above), and listed entries. */
+uint64_t us_cache_used(struct us_cache *c);
+size_t us_cache_count(struct us_cache *c);
+uint64_t us_cache_capacity(const struct us_cache *c);
+
+/*
+ * The process's cache, used by us_tensor_read for transformed extents.
+ * us_cache_init - (re)create it with @capacity bytes (the daemon passes
+ * --cache-size).  Call it before serving, with no read in flight.  Without
+ * a call, the first read creates it with US_CACHE_DEFAULT.  Returns 0 or
+ * -ENOMEM.
+ */
+int us_cache_init(uint64_t capacity);
+struct us_cache *us_cache_global(void);
+
+#endif /* US_CACHE_H */

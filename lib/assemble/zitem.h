@@ -1,0 +1,57 @@
+/*
+ * zitem.h - serving bytes of zstd-compressed items (DCP "stream.zstd/1").
+ *
+ * An item whose served prefix (us_extent.decoded_len: up to the end of its
+ * storage record, see source/dcp.c) fits the cache is decoded once into a
+ * cache entry and copied from there.  A larger one is never held whole: it
+ * is decoded as a stream from its first byte, dropping everything before
+ * the requested range.  So that sequential reads of a large item do not
+ * start over each time, a few streams are parked after a read, keyed by
+ * item and decoded position, and resumed by the next read that lies ahead
+ * of them.
+ *
+ * Memory: the cache's capacity, plus at most one stream per reading thread
+ * and US_ZITEM_PARKED parked ones, each a fixed ~256 KiB of buffers plus
+ * the frame's window (<= 2^US_ZSTREAM_WINDOWLOG_MAX).
+ */
+#ifndef US_ZITEM_H
+#define US_ZITEM_H
+
+#include <stdint.h>
+
+#include "../model.h"
+#include "cache.h"
+
+#define US_ZITEM_PARKED 4
+
+struct us_zstream;
+
+/* What one us_tensor_read holds between its copy operations: consecutive
+ * ops (a strided chunk gives one per element) reuse the same item. */
+struct us_zitem_state {
+	struct us_cache *cache;
+	struct us_cache_key key;
+	struct us_cache_entry *pinned; /* the item's cache entry, or NULL */
+	struct us_zstream *z;          /* the item's stream, or NULL */
+};
+
+void us_zitem_begin(struct us_zitem_state *st);
+
+/*
+ * us_zitem_copy - copy decoded bytes [@off, @off + @len) of the item @x
+ * describes (inside x->decoded_len, checked at mount) from file @f into
+ * @dst.  Returns 0, or -EIO when the item does not decode to at least
+ * x->decoded_len bytes or the file cannot be read (-errno), or -ENOMEM.
+ */
+int us_zitem_copy(struct us_zitem_state *st, const struct us_file *f,
+		  const struct us_extent *x, void *dst, uint64_t off,
+		  uint64_t len);
+
+/* us_zitem_end - release what @st holds (parking its stream). */
+void us_zitem_end(struct us_zitem_state *st);
+
+/* us_zitem_reset - close every parked stream (before serving a new state
+ * dict: parked streams name files by index). */
+void us_zitem_reset(void);
+
+#endif /* US_ZITEM_H */

@@ -1,0 +1,71 @@
+/* pk2json.c - converting plain pickle values to cJSON. */
+#include "pk2json.h"
+
+#include <stdio.h>
+
+#define MAX_DEPTH 64
+
+static cJSON *convert(const struct us_pk *p, int depth);
+
+static cJSON *convert_seq(const struct us_pk_seq *s, int depth)
+{
+	cJSON *a = cJSON_CreateArray();
+
+	for (size_t i = 0; a && i < s->n; i++) {
+		cJSON *v = convert(s->v[i], depth + 1);
+
+		if (!v || !cJSON_AddItemToArray(a, v)) {
+			cJSON_Delete(v);
+			cJSON_Delete(a);
+			return NULL;
+		}
+	}
+	return a;
+}
+
+static cJSON *convert_dict(const struct us_pk *p, int depth)
+{
+	cJSON *o = cJSON_CreateObject();
+	char key[32];
+
+	for (size_t i = 0; o && p->coll && i < p->coll->keys.n; i++) {
+		const struct us_pk *k = p->coll->keys.v[i];
+		const char *name = k->kind == US_PK_STR ? k->u.str.s : key;
+		cJSON *v;
+
+		if (k->kind == US_PK_INT)
+			snprintf(key, sizeof(key), "%lld", (long long)k->u.i);
+		else if (k->kind != US_PK_STR)
+			continue;
+		v = convert(p->coll->vals.v[i], depth + 1);
+		cJSON_DeleteItemFromObjectCaseSensitive(o, name); /* last wins */
+		if (!v || !cJSON_AddItemToObject(o, name, v)) {
+			cJSON_Delete(v);
+			cJSON_Delete(o);
+			return NULL;
+		}
+	}
+	return o;
+}
+
+static cJSON *convert(const struct us_pk *p, int depth)
+{
+	if (!p || depth > MAX_DEPTH)
+		return cJSON_CreateNull();
+	switch (p->kind) {
+	case US_PK_BOOL: return cJSON_CreateBool(p->u.b);
+	case US_PK_INT: return cJSON_CreateNumber((double)p->u.i);
+	case US_PK_FLOAT: return cJSON_CreateNumber(p->u.f);
+	case US_PK_STR: return cJSON_CreateString(p->u.str.s);
+	case US_PK_TUPLE: case US_PK_LIST: return convert_seq(&p->u.seq, depth);
+	case US_PK_DICT: return convert_dict(p, depth);
+	case US_PK_CALL:
+		return us_pk_is_dictlike(p) ? convert_dict(p, depth) : cJSON_CreateNull();
+	default: return cJSON_CreateNull();
+	}
+}
+
+cJSON *us_pk_to_json(const struct us_pk *p)
+{
+	return convert(p, 0);
+}

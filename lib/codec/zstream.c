@@ -1,0 +1,140 @@
+/* zstream.c - one zstd frame at a file range, decoded as a stream. */
+#include "zstream.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include <zstd.h>
+
+#include "../io.h"
+
+#define SKIP_BUF (64u << 10)
+
+struct us_zstream {
+	ZSTD_DCtx *dctx;
+	int fd;
+	uint64_t in_off, in_end; /* next compressed byte to read; item end */
+	unsigned char *in;       /* compressed input, in_pos..in_len unread */
+	size_t in_cap, in_pos, in_len;
+	unsigned char *scratch;  /* decoded bytes that us_zstream_skip drops */
+	uint64_t out_pos;
+	bool done;
+};
+
+struct us_zstream *us_zstream_open(int fd, uint64_t off, uint64_t len)
+{
+	struct us_zstream *z = calloc(1, sizeof(*z));
+
+	if (!z)
+		return NULL;
+	z->fd = fd;
+	z->in_off = off;
+	z->in_end = off + len; /* the caller checked it against the file */
+	z->in_cap = ZSTD_DStreamInSize();
+	z->in = malloc(z->in_cap);
+	z->dctx = ZSTD_createDCtx();
+	if (!z->in || !z->dctx ||
+	    ZSTD_isError(ZSTD_DCtx_setParameter(z->dctx, ZSTD_d_windowLogMax,
+						US_ZSTREAM_WINDOWLOG_MAX))) {
+		us_zstream_close(z);
+		return NULL;
+	}
+	return z;
+}
+
+void us_zstream_close(struct us_zstream *z)
+{
+	if (!z)
+		return;
+	ZSTD_freeDCtx(z->dctx);
+	free(z->in);
+	free(z->scratch);
+	free(z);
+}
+
+static bool input_left(const struct us_zstream *z)
+{
+	return z->in_pos < z->in_len || z->in_off < z->in_end;
+}
+
+static int refill(struct us_zstream *z)
+{
+	uint64_t left = z->in_end - z->in_off;
+	size_t n = left < z->in_cap ? (size_t)left : z->in_cap;
+	int rc = us_pread_full(z->fd, z->in, n, z->in_off);
+
+	if (rc < 0)
+		return rc;
+	z->in_off += n;
+	z->in_pos = 0;
+	z->in_len = n;
+	return 0;
+}
+
+/* One decoder step into @out.  Returns 0 or a negative errno. */
+static int step(struct us_zstream *z, ZSTD_outBuffer *out)
+{
+	ZSTD_inBuffer in;
+	size_t before = out->pos, ret;
+	int rc;
+
+	if (z->in_pos == z->in_len && z->in_off < z->in_end &&
+	    (rc = refill(z)) < 0)
+		return rc;
+	in = (ZSTD_inBuffer){ z->in, z->in_len, z->in_pos };
+	ret = ZSTD_decompressStream(z->dctx, out, &in);
+	if (ZSTD_isError(ret))
+		return -EIO;
+	z->in_pos = in.pos;
+	z->out_pos += out->pos - before;
+	if (ret == 0) {
+		/* A DCP item is exactly one frame: bytes after it are not ours. */
+		z->done = true;
+		return input_left(z) ? -EIO : 0;
+	}
+	/* The frame wants more input, and the item has none: truncated.
+	 * (With input or output room left, the decoder always progresses.) */
+	if (!input_left(z) && out->pos == before)
+		return -EIO;
+	return 0;
+}
+
+ssize_t us_zstream_read(struct us_zstream *z, void *buf, size_t len)
+{
+	ZSTD_outBuffer out = { buf, len, 0 };
+
+	while (out.pos < out.size && !z->done) {
+		int rc = step(z, &out);
+
+		if (rc < 0)
+			return rc;
+	}
+	return (ssize_t)out.pos;
+}
+
+int us_zstream_skip(struct us_zstream *z, uint64_t n)
+{
+	if (!z->scratch && !(z->scratch = malloc(SKIP_BUF)))
+		return -ENOMEM;
+	while (n > 0) {
+		size_t want = n < SKIP_BUF ? (size_t)n : SKIP_BUF;
+		ssize_t got = us_zstream_read(z, z->scratch, want);
+
+		if (got < 0)
+			return (int)got;
+		if ((size_t)got < want)
+			return -EIO; /* the frame ended first */
+		n -= (uint64_t)got;
+	}
+	return 0;
+}
+
+uint64_t us_zstream_pos(const struct us_zstream *z)
+{
+	return z->out_pos;
+}
+
+bool us_zstream_done(const struct us_zstream *z)
+{
+	return z->done;
+}

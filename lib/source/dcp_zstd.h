@@ -1,0 +1,48 @@
+/*
+ * dcp_zstd.h - the head of a zstd-compressed DCP item ("stream.zstd/1").
+ *
+ * Such an item is one zstd frame (no content size, no checksum) of a whole
+ * torch.save archive.  The archive's central directory is at its end, so
+ * instead of decoding everything the mount decodes only the head and walks
+ * the zip local headers forward: data.pkl is the first record (a pickle is
+ * self-delimiting), each record is followed by a data descriptor
+ * ("PK\x07\x08", crc, sizes: 16 bytes, or 24 with zip64 sizes) because the
+ * local header's sizes are 0 (flag 0x08), and the walk stops at the local
+ * header of the tensor's storage record data/<key>.
+ */
+#ifndef US_DCP_ZSTD_H
+#define US_DCP_ZSTD_H
+
+#include <stdint.h>
+
+#include "../arena.h"
+#include "torchpkl.h"
+
+/* Items whose whole frame decodes within this many bytes are decoded to
+ * their end at mount, which proves the frame intact and long enough. */
+#define US_DCP_ZSTD_VERIFY (1u << 20)
+/* Decoded bytes a read may need after the storage record: its data
+ * descriptor, in the longer (zip64) of its two forms. */
+#define US_DCP_ZSTD_DESC 24
+/* data.pkl and the records before the storage must lie within this. */
+#define US_DCP_ZSTD_HEAD_MAX (16u << 20)
+
+struct us_dcp_zitem {
+	struct us_torch_tensor tt; /* what data.pkl rebuilds */
+	uint64_t data;    /* decoded offset of the storage record's data */
+	uint64_t bytes;   /* its size */
+	uint64_t first;   /* decoded offset of the tensor's first element */
+	uint64_t served;  /* data + bytes + US_DCP_ZSTD_DESC: what reads need */
+	bool verified;    /* the whole frame was decoded at mount */
+};
+
+/*
+ * us_dcp_zstd_item - parse the zstd item at [@off, @off + @len) of @fd
+ * (the pickle's values are allocated in @a).  Returns 1 with @out filled,
+ * 0 when data.pkl holds no tensor, -1 with *@why set when the item is
+ * corrupt or not a torch.save archive.
+ */
+int us_dcp_zstd_item(int fd, uint64_t off, uint64_t len, struct us_arena *a,
+		     struct us_dcp_zitem *out, const char **why);
+
+#endif /* US_DCP_ZSTD_H */
