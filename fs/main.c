@@ -27,7 +27,7 @@
 struct mount_state {
 	struct us_statedict *sd;
 	int srcfd;
-	struct us_view *views[4];
+	struct us_view *views[8];
 	size_t nviews;
 	struct us_view *raw;     /* tensors/: one raw view per tensor, one block */
 	struct us_pt_list pt;
@@ -50,6 +50,22 @@ static void mount_state_free(struct mount_state *m)
 	if (m->srcfd >= 0)
 		close(m->srcfd);
 	us_sd_free(m->sd);
+}
+
+/* The files at the mount root that render the state dict. */
+static enum us_status add_views(struct mount_state *m, struct us_err *err)
+{
+	const struct us_statedict *opt = m->sd->optim;
+
+	US_TRY(us_view_safetensors_new(m->sd, &m->views[m->nviews++], err));
+	US_TRY(us_view_torch_new(m->sd, &m->views[m->nviews++], err));
+	if (opt && opt->ntensors)
+		US_TRY(us_view_safetensors_named(opt, "optimizer.safetensors",
+						 &m->views[m->nviews++], err));
+	if (m->sd->optim_json)
+		US_TRY(us_view_text_new("optimizer.json", m->sd->optim_json,
+					&m->views[m->nviews++], err));
+	return US_OK;
 }
 
 /* Read SOURCE and build everything the mount serves.  0 or an exit status. */
@@ -76,9 +92,7 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 		us_err_set(&err, US_E_NOMEM, ".", "out of memory");
 		return refuse(&err);
 	}
-	if (us_view_safetensors_new(m->sd, &m->views[m->nviews++], &err) != US_OK)
-		return refuse(&err);
-	if (us_view_torch_new(m->sd, &m->views[m->nviews++], &err) != US_OK)
+	if (add_views(m, &err) != US_OK)
 		return refuse(&err);
 	if (us_view_raw_array_new(m->sd, &m->raw, &err) != US_OK)
 		return refuse(&err);

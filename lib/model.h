@@ -114,6 +114,9 @@ struct us_statedict {
 	struct us_statedict *optim;
 	char *optim_json;
 	bool borrowed_files;     /* a child: files belong to the parent */
+	/* The unwrapping options, for readers that name things inside
+	 * non-tensor state (optimizer param_groups); NULL: defaults. */
+	const struct us_names_opts *names;
 	/* Files that belong to the checkpoint (shards, indexes): not passed through. */
 	const char **consumed;
 	size_t nconsumed, consumed_cap;

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../codec/pk2json.h"
 #include "../io.h"
 #include "../path.h"
 #include "dcp_zstd.h"
@@ -46,6 +47,8 @@ struct dcp {
 	size_t nitems;
 	const struct us_pk *planner;
 	const char *strip;      /* the container key to drop, or NULL */
+	bool optim_only;        /* Accelerate's optimizer_0/: no model tensors */
+	cJSON *optim_tree;      /* non-tensor optimizer state, built up */
 	struct us_err *err;
 };
 
@@ -405,8 +408,9 @@ static enum us_status tensor_dtype(const struct dcp *d, const char *fqn,
 	return US_OK;
 }
 
-static enum us_status add_tensor(struct dcp *d, const char *fqn,
-				 const char *name, const struct us_pk *tsm)
+static enum us_status add_tensor(struct dcp *d, struct us_statedict *dst,
+				 const char *fqn, const char *name,
+				 const struct us_pk *tsm)
 {
 	const struct us_pk *size = size_tuple(attr(tsm, "size"));
 	const struct us_pk *chunks = attr(tsm, "chunks");
@@ -427,11 +431,11 @@ static enum us_status add_tensor(struct dcp *d, const char *fqn,
 	    !chunks || chunks->kind != US_PK_LIST)
 		return us_err_set(d->err, US_E_FORMAT, d->metapath,
 				  "'%s': malformed size or chunk list", fqn);
-	t = us_sd_add_tensor(d->sd, name, dt, ndim, shape,
+	t = us_sd_add_tensor(dst, name, dt, ndim, shape,
 			     (uint32_t)chunks->u.seq.n, d->metapath, d->err);
 	if (!t)
 		return d->err ? d->err->status : US_E_NOMEM;
-	t->source_name = us_arena_strdup(&d->sd->arena, fqn);
+	t->source_name = us_arena_strdup(&dst->arena, fqn);
 	if (!t->source_name)
 		return us_err_set(d->err, US_E_NOMEM, d->metapath, "out of memory");
 	for (size_t i = 0; i < chunks->u.seq.n; i++)
@@ -503,6 +507,150 @@ static enum us_status consume_dir(struct dcp *d)
 	return rc;
 }
 
+/* ---- optimizer state ------------------------------------------------------ */
+
+/*
+ * Optimizer entries are flattened as (container, "state", <param fqn>,
+ * <slot>) and (container, "param_groups", <i>, <key>) in planner_data.
+ * Tensors become "state.<param>.<slot>" in the optimizer state dict; byte
+ * items (Python values) go into the JSON tree at their path, except
+ * per-parameter ones, which are "scalars" under their flattened name.
+ */
+static const struct us_pk *planner_path(const struct dcp *d, const char *fqn)
+{
+	const struct us_pk *p = us_pk_dict_get(d->planner, fqn);
+
+	return p && p->kind == US_PK_TUPLE && p->u.seq.n >= 2 ? p : NULL;
+}
+
+/* "<container>.<rest>" -> "<rest>" (the name inside the optimizer). */
+static const char *optim_name(const struct dcp *d, const char *fqn)
+{
+	const struct us_pk *path = planner_path(d, fqn);
+	const struct us_pk *c = path ? us_pk_at(path, 0) : NULL;
+	const char *dot = strchr(fqn, '.');
+
+	if (c && c->kind == US_PK_STR && !strncmp(fqn, c->u.str.s, c->u.str.len) &&
+	    fqn[c->u.str.len] == '.')
+		return fqn + c->u.str.len + 1;
+	return dot ? dot + 1 : fqn;
+}
+
+/* The value of a byte item: a torch.save archive of a Python object. */
+static cJSON *byte_item_value(struct dcp *d, const char *fqn)
+{
+	const struct dcp_item *it = find_item(d, fqn, NULL);
+	struct us_torch_archive ta;
+	struct us_arena a;
+	const char *why;
+	uint32_t file;
+	cJSON *v = NULL;
+
+	if (!it || (it->transforms && us_pk_len(it->transforms)) ||
+	    open_item_file(d, it, &file) != US_OK)
+		return cJSON_CreateNull(); /* informative only: never a refusal */
+	us_arena_init(&a);
+	if (us_torch_archive_open(&ta, d->sd->files[file].fd, it->offset,
+				  it->length, &a, &why) == 0)
+		v = us_pk_to_json(ta.root);
+	us_arena_free(&a);
+	return v ? v : cJSON_CreateNull();
+}
+
+/* Put @v at @path[1..] under the tree root (ints index arrays). */
+static bool tree_put(cJSON *root, const struct us_pk *path, cJSON *v)
+{
+	cJSON *node = root;
+
+	for (size_t i = 1; i < path->u.seq.n; i++) {
+		const struct us_pk *k = path->u.seq.v[i];
+		bool last = i + 1 == path->u.seq.n;
+		bool next_int = !last && path->u.seq.v[i + 1]->kind == US_PK_INT;
+		cJSON *child;
+
+		if (k->kind == US_PK_STR && cJSON_IsObject(node)) {
+			child = cJSON_GetObjectItemCaseSensitive(node, k->u.str.s);
+			if (last) {
+				cJSON_DeleteItemFromObjectCaseSensitive(node, k->u.str.s);
+				return cJSON_AddItemToObject(node, k->u.str.s, v);
+			}
+			if (!child) {
+				child = next_int ? cJSON_CreateArray() : cJSON_CreateObject();
+				if (!cJSON_AddItemToObject(node, k->u.str.s, child))
+					return false;
+			}
+		} else if (k->kind == US_PK_INT && k->u.i >= 0 && k->u.i < 65536 &&
+			   cJSON_IsArray(node)) {
+			while (cJSON_GetArraySize(node) <= k->u.i)
+				cJSON_AddItemToArray(node, cJSON_CreateNull());
+			if (last)
+				return cJSON_ReplaceItemInArray(node, (int)k->u.i, v);
+			child = cJSON_GetArrayItem(node, (int)k->u.i);
+			if (cJSON_IsNull(child)) {
+				child = next_int ? cJSON_CreateArray() : cJSON_CreateObject();
+				cJSON_ReplaceItemInArray(node, (int)k->u.i, child);
+			}
+		} else {
+			return false;
+		}
+		node = child;
+	}
+	return false;
+}
+
+static void unwrap_params(cJSON *groups, const struct us_names_opts *o)
+{
+	cJSON *g, *p;
+
+	cJSON_ArrayForEach(g, groups) {
+		cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(g, "params")) {
+			char *buf;
+
+			if (!cJSON_IsString(p) || !(buf = malloc(strlen(p->valuestring) + 1)))
+				continue;
+			us_unwrap_name(p->valuestring, o, buf);
+			cJSON_SetValuestring(p, buf);
+			free(buf);
+		}
+	}
+}
+
+static enum us_status add_optim_value(struct dcp *d, const char *fqn)
+{
+	const struct us_pk *path = planner_path(d, fqn);
+	cJSON *v = byte_item_value(d, fqn), *scalars;
+
+	if (!v)
+		return us_err_set(d->err, US_E_NOMEM, d->metapath, "out of memory");
+	if (path && us_pk_is_str(us_pk_at(path, 1), "param_groups") &&
+	    tree_put(d->optim_tree, path, v))
+		return US_OK;
+	scalars = cJSON_GetObjectItemCaseSensitive(d->optim_tree, "scalars");
+	cJSON_AddItemToObject(scalars, optim_name(d, fqn), v);
+	return US_OK;
+}
+
+static enum us_status read_entry(struct dcp *d, const char *fqn,
+				 const struct us_pk *v)
+{
+	char buf[256];
+	const char *c = container_of(d, fqn, buf, sizeof(buf));
+	bool optim = d->optim_only || (c && us_is_optimizer_container(c));
+	struct us_statedict *o;
+
+	if (!optim) {
+		return is_tensor_entry(v) ? add_tensor(d, d->sd, fqn,
+						       model_name(d, fqn), v)
+					  : US_OK; /* a non-tensor model value */
+	}
+	if (!is_tensor_entry(v))
+		return add_optim_value(d, fqn);
+	o = us_sd_optim(d->sd);
+	if (!o)
+		return us_err_set(d->err, US_E_NOMEM, d->metapath, "out of memory");
+	return add_tensor(d, o, fqn, optim_name(d, fqn), v);
+}
+
 static enum us_status read_tensors(struct dcp *d, const struct us_pk *root)
 {
 	const struct us_pk *smd = attr(root, "state_dict_metadata");
@@ -513,20 +661,15 @@ static enum us_status read_tensors(struct dcp *d, const struct us_pk *root)
 				  "Metadata lacks state_dict_metadata or storage_data");
 	d->planner = attr(root, "planner_data");
 	US_TRY(load_items(d, storage));
-	US_TRY(choose_strip(d, smd));
+	if (!d->optim_only)
+		US_TRY(choose_strip(d, smd));
 	for (size_t i = 0; smd->coll && i < smd->coll->keys.n; i++) {
 		const struct us_pk *k = smd->coll->keys.v[i];
-		const struct us_pk *v = smd->coll->vals.v[i];
-		const char *name;
 
 		if (k->kind != US_PK_STR)
 			return us_err_set(d->err, US_E_FORMAT, d->metapath,
 					  "a state_dict_metadata key is not a string");
-		if (!is_tensor_entry(v))
-			continue; /* BytesStorageMetadata: a non-tensor value */
-		name = model_name(d, k->u.str.s);
-		if (name)
-			US_TRY(add_tensor(d, k->u.str.s, name, v));
+		US_TRY(read_entry(d, k->u.str.s, smd->coll->vals.v[i]));
 	}
 	return US_OK;
 }
@@ -546,21 +689,19 @@ static bool dcp_probe(int dirfd, const char *file)
 	return !file && dcp_prefix(dirfd) != NULL;
 }
 
-static enum us_status dcp_read(struct us_statedict *sd, int dirfd,
-			       const char *file, struct us_err *err)
+/* One DCP directory (@prefix) of SOURCE: its .metadata and items. */
+static enum us_status read_dcp_dir(struct us_statedict *sd, int dirfd,
+				   const char *prefix, bool optim_only,
+				   cJSON *optim_tree, struct us_err *err)
 {
-	struct dcp d = { .sd = sd, .dirfd = dirfd, .err = err };
+	struct dcp d = { .sd = sd, .dirfd = dirfd, .prefix = prefix,
+			 .optim_only = optim_only, .optim_tree = optim_tree,
+			 .err = err };
 	const struct us_pk *root = NULL;
 	char metapath[64];
 	enum us_status rc;
 
-	sd->format = "dcp";
-	sd->prove_ties = true; /* every FQN is saved, a tied pair twice */
-	d.prefix = file ? NULL : dcp_prefix(dirfd);
-	if (!d.prefix)
-		return us_err_set(err, US_E_FORMAT, file ? file : ".",
-				  "a DCP checkpoint is a directory with .metadata");
-	snprintf(metapath, sizeof(metapath), "%s.metadata", d.prefix);
+	snprintf(metapath, sizeof(metapath), "%s.metadata", prefix);
 	d.metapath = metapath;
 	us_arena_init(&d.arena);
 	rc = load_metadata(&d, &root);
@@ -569,6 +710,48 @@ static enum us_status dcp_read(struct us_statedict *sd, int dirfd,
 	if (rc == US_OK)
 		rc = consume_dir(&d);
 	us_arena_free(&d.arena);
+	return rc;
+}
+
+/* The optimizer's non-tensor state as optimizer.json, if there is any. */
+static enum us_status finish_optim_json(struct us_statedict *sd, cJSON *tree,
+					const struct us_names_opts *names)
+{
+	cJSON *groups = cJSON_GetObjectItemCaseSensitive(tree, "param_groups");
+
+	if (!groups && !cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(tree, "scalars")))
+		return US_OK;
+	unwrap_params(groups, names);
+	sd->optim_json = cJSON_Print(tree);
+	return sd->optim_json ? US_OK : US_E_NOMEM;
+}
+
+static enum us_status dcp_read(struct us_statedict *sd, int dirfd,
+			       const char *file, struct us_err *err)
+{
+	const char *prefix = file ? NULL : dcp_prefix(dirfd);
+	cJSON *tree = cJSON_CreateObject();
+	enum us_status rc;
+
+	sd->format = "dcp";
+	sd->prove_ties = true; /* every FQN is saved, a tied pair twice */
+	if (!prefix) {
+		cJSON_Delete(tree);
+		return us_err_set(err, US_E_FORMAT, file ? file : ".",
+				  "a DCP checkpoint is a directory with .metadata");
+	}
+	if (!tree || !cJSON_AddObjectToObject(tree, "scalars")) {
+		cJSON_Delete(tree);
+		return us_err_set(err, US_E_NOMEM, ".", "out of memory");
+	}
+	rc = read_dcp_dir(sd, dirfd, prefix, false, tree, err);
+	/* Accelerate / HF Trainer keep the optimizer in its own DCP directory. */
+	if (rc == US_OK && *prefix &&
+	    faccessat(dirfd, "optimizer_0/.metadata", R_OK, 0) == 0)
+		rc = read_dcp_dir(sd, dirfd, "optimizer_0/", true, tree, err);
+	if (rc == US_OK && finish_optim_json(sd, tree, sd->names) != US_OK)
+		rc = us_err_set(err, US_E_NOMEM, ".", "out of memory");
+	cJSON_Delete(tree);
 	return rc;
 }
 

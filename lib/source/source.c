@@ -92,6 +92,7 @@ enum us_status us_source_open(const char *path,
 		rc = us_err_set(err, US_E_NOMEM, ".", "out of memory");
 		goto fail;
 	}
+	sd->names = opts ? &opts->names : NULL;
 	rc = r->read(sd, dirfd, file, err);
 	if (rc == US_OK)
 		rc = us_sd_resolve_aliases(sd, err);
