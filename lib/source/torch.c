@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "../codec/jsonw.h"
+#include "../codec/pk2json.h"
 #include "../io.h"
 #include "../path.h"
 #include "index.h"
@@ -27,6 +28,7 @@
 
 struct walk {
 	struct us_statedict *sd;
+	struct us_statedict *dst; /* where tensors go: sd, or its optimizer */
 	const struct us_torch_archive *ta;
 	uint32_t file;
 	struct us_err *err;
@@ -47,7 +49,7 @@ static enum us_status add_tensor(struct walk *w, const char *name,
 	if (us_torch_extent(w->ta, tt, &off, &why) < 0)
 		return us_err_set(w->err, US_E_FORMAT, path, "tensor '%s': %s",
 				  name, why);
-	t = us_sd_add_tensor(w->sd, name, tt->dtype, tt->ndim, tt->shape, 1,
+	t = us_sd_add_tensor(w->dst, name, tt->dtype, tt->ndim, tt->shape, 1,
 			     path, w->err);
 	if (!t)
 		return w->err ? w->err->status : US_E_NOMEM;
@@ -192,6 +194,143 @@ static const struct us_pk *model_root(const struct us_pk *root)
 	return found ? found : root;
 }
 
+/* ---- optimizer state ------------------------------------------------------ */
+
+/*
+ * A torch optimizer's state_dict: {"state": {id: {slot: value}},
+ * "param_groups": [{"params": [id, ...], "param_names": [name, ...], ...}]}.
+ * Ids are positions, not names; only "param_names" (torch >= 2.6, when the
+ * optimizer was built from named_parameters()) says which parameter an id
+ * is.  Without it the tensors cannot be named, so only optimizer.json is
+ * served.
+ */
+static const struct us_pk *find_optimizer(const struct us_pk *root)
+{
+	for (size_t i = 0; us_pk_is_dictlike(root) && i < root->coll->keys.n; i++) {
+		const struct us_pk *k = root->coll->keys.v[i];
+		const struct us_pk *v = root->coll->vals.v[i];
+
+		if (k->kind != US_PK_STR || !us_is_optimizer_container(k->u.str.s))
+			continue;
+		if (v->kind == US_PK_LIST && v->u.seq.n) /* Lightning's list */
+			v = v->u.seq.v[0];
+		if (us_pk_dict_get(v, "state") && us_pk_dict_get(v, "param_groups"))
+			return v;
+	}
+	return NULL;
+}
+
+/* The name of parameter @id from the groups' params/param_names, or NULL. */
+static const char *param_name(const struct us_pk *groups, int64_t id)
+{
+	for (size_t g = 0; g < us_pk_len(groups); g++) {
+		const struct us_pk *grp = us_pk_at(groups, g);
+		const struct us_pk *ids = us_pk_dict_get(grp, "params");
+		const struct us_pk *names = us_pk_dict_get(grp, "param_names");
+
+		for (size_t i = 0; i < us_pk_len(ids) && i < us_pk_len(names); i++) {
+			const struct us_pk *x = us_pk_at(ids, i), *n = us_pk_at(names, i);
+
+			if (x->kind == US_PK_INT && x->u.i == id && n->kind == US_PK_STR)
+				return n->u.str.s;
+		}
+	}
+	return NULL;
+}
+
+static enum us_status optim_slot(struct walk *w, cJSON *scalars,
+				 const char *pname, const struct us_pk *slot,
+				 const struct us_pk *v)
+{
+	struct us_torch_tensor tt;
+	const char *why = NULL;
+	char name[4096];
+	int m;
+
+	if (slot->kind != US_PK_STR ||
+	    snprintf(name, sizeof(name), "state.%s.%s", pname, slot->u.str.s) >=
+	    (int)sizeof(name))
+		return US_OK;
+	m = us_torch_match(v, &tt, &why);
+	if (m < 0)
+		return us_err_set(w->err, US_E_UNSUPPORTED,
+				  w->sd->files[w->file].relpath, "'%s': %s",
+				  name, why);
+	if (m > 0)
+		return add_tensor(w, name, &tt);
+	cJSON_AddItemToObject(scalars, name + 6, us_pk_to_json(v));
+	return US_OK;
+}
+
+/* Unwrap every name in the groups' "params" (after id -> name) and
+ * "param_names" lists. */
+static void name_groups(cJSON *groups, const struct us_pk *pk_groups,
+			const struct us_names_opts *o)
+{
+	cJSON *g, *p;
+	char buf[4096];
+
+	cJSON_ArrayForEach(g, groups) {
+		cJSON *ids = cJSON_GetObjectItemCaseSensitive(g, "params");
+
+		/* By index: replacing an item frees it, so no ForEach here. */
+		for (int i = 0; i < cJSON_GetArraySize(ids); i++) {
+			const cJSON *id = cJSON_GetArrayItem(ids, i);
+			const char *n = cJSON_IsNumber(id) ?
+				param_name(pk_groups, (int64_t)id->valuedouble) : NULL;
+
+			if (n && strlen(n) < sizeof(buf)) {
+				us_unwrap_name(n, o, buf);
+				cJSON_ReplaceItemInArray(ids, i, cJSON_CreateString(buf));
+			}
+		}
+		cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(g, "param_names")) {
+			if (cJSON_IsString(p) && strlen(p->valuestring) < sizeof(buf)) {
+				us_unwrap_name(p->valuestring, o, buf);
+				cJSON_SetValuestring(p, buf);
+			}
+		}
+	}
+}
+
+static enum us_status read_optimizer(struct walk *w, const struct us_pk *root)
+{
+	const struct us_pk *opt = find_optimizer(root), *state, *groups;
+	cJSON *tree, *scalars, *jgroups;
+	enum us_status rc = US_OK;
+
+	if (!opt)
+		return US_OK;
+	state = us_pk_dict_get(opt, "state");
+	groups = us_pk_dict_get(opt, "param_groups");
+	w->dst = us_sd_optim(w->sd);
+	tree = cJSON_CreateObject();
+	scalars = cJSON_AddObjectToObject(tree, "scalars");
+	jgroups = us_pk_to_json(groups);
+	if (!w->dst || !tree || !scalars || !jgroups ||
+	    !cJSON_AddItemToObject(tree, "param_groups", jgroups)) {
+		cJSON_Delete(tree);
+		return us_err_set(w->err, US_E_NOMEM, ".", "out of memory");
+	}
+	name_groups(jgroups, groups, w->sd->names);
+	for (size_t i = 0; us_pk_is_dictlike(state) && rc == US_OK &&
+			   i < state->coll->keys.n; i++) {
+		const struct us_pk *id = state->coll->keys.v[i];
+		const struct us_pk *slots = state->coll->vals.v[i];
+		const char *pname = id->kind == US_PK_INT ? param_name(groups, id->u.i) : NULL;
+
+		for (size_t j = 0; pname && us_pk_is_dictlike(slots) && rc == US_OK &&
+				   j < slots->coll->keys.n; j++)
+			rc = optim_slot(w, scalars, pname, slots->coll->keys.v[j],
+					slots->coll->vals.v[j]);
+	}
+	if (rc == US_OK && !(w->sd->optim_json = cJSON_Print(tree)))
+		rc = us_err_set(w->err, US_E_NOMEM, ".", "out of memory");
+	cJSON_Delete(tree);
+	w->dst = w->sd;
+	return rc;
+}
+
 static enum us_status torch_read_file(struct us_statedict *sd, int dirfd,
 				      const char *relpath, struct us_err *err)
 {
@@ -199,7 +338,7 @@ static enum us_status torch_read_file(struct us_statedict *sd, int dirfd,
 	struct us_arena arena;
 	struct us_sbuf name;
 	const char *why = NULL;
-	struct walk w = { .sd = sd, .ta = &ta, .err = err };
+	struct walk w = { .sd = sd, .dst = sd, .ta = &ta, .err = err };
 	const struct us_pk *model;
 	enum us_status rc;
 
@@ -214,6 +353,8 @@ static enum us_status torch_read_file(struct us_statedict *sd, int dirfd,
 	}
 	model = model_root(ta.root);
 	rc = walk(&w, model, &name, 0, model == ta.root);
+	if (rc == US_OK)
+		rc = read_optimizer(&w, ta.root);
 out:
 	us_sbuf_free(&name);
 	us_arena_free(&arena);
