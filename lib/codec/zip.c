@@ -34,12 +34,23 @@ static int rd(const struct us_zip *z, void *buf, size_t n, uint64_t off)
 	return us_pread_full(z->fd, buf, n, z->base + off);
 }
 
-/* Find the classic end record: scan back over a possible comment. */
+/*
+ * Find the classic end record.  torch writes no archive comment, so it is
+ * the last 22 bytes: try that first, which keeps a mount from reading the
+ * tail of the last tensor record (mount reads headers only).  Otherwise
+ * scan back over a comment of up to 64 KiB.
+ */
 static int find_eocd(struct us_zip *z, unsigned char *tail, size_t tlen,
 		     uint64_t *eocd)
 {
 	uint64_t start = z->len - tlen;
 
+	if (rd(z, tail + tlen - EOCD_LEN, EOCD_LEN, z->len - EOCD_LEN) == 0 &&
+	    le(tail + tlen - EOCD_LEN, 4) == SIG_EOCD &&
+	    le(tail + tlen - EOCD_LEN + 20, 2) == 0) {
+		*eocd = z->len - EOCD_LEN;
+		return 0;
+	}
 	if (rd(z, tail, tlen, start) < 0)
 		return -1;
 	for (size_t i = tlen - EOCD_LEN + 1; i-- > 0;) {

@@ -124,3 +124,60 @@ def test_mount_reads_only_headers(tmp_path):
                                   f"past header end {limits[real]}")
     assert seen, "no read of any shard was traced (is strace -y working?)"
     assert not violations, violations
+
+
+def storage_ranges(src):
+    """Byte ranges of every tensor storage record inside every DCP item, per file:
+    what a mount must not read (it may read item zips' headers and data.pkl)."""
+    import io
+    import pickle
+    import struct
+    import zipfile
+
+    with open(os.path.join(src, ".metadata"), "rb") as f:
+        meta = pickle.load(f)
+    ranges = {}
+    for info in meta.storage_data.values():
+        path = os.path.realpath(os.path.join(src, info.relative_path))
+        with open(path, "rb") as f:
+            f.seek(info.offset)
+            item = f.read(info.length)
+        z = zipfile.ZipFile(io.BytesIO(item))
+        for e in z.infolist():
+            if "/data/" not in e.filename or e.file_size == 0:
+                continue
+            n, x = struct.unpack("<HH", item[e.header_offset + 26:e.header_offset + 30])
+            start = info.offset + e.header_offset + 30 + n + x
+            ranges.setdefault(path, []).append((start, start + e.file_size))
+    return ranges
+
+
+@pytest.mark.parametrize("fixture", ["fsdp2_3rank", "dtensor_2d"])
+def test_dcp_mount_reads_only_metadata_and_item_headers(tmp_path, fixture):
+    """With --ties=declared (no tie proving, which compares tensor bytes), mounting a
+    DCP checkpoint reads .metadata and each item's zip headers and data.pkl only."""
+    from conftest import FIXTURES
+    src = os.path.join(FIXTURES, "torch", fixture)
+    forbidden = storage_ranges(src)
+    prefix = str(tmp_path / "trace")
+    wrapper = ["env", "ASAN_OPTIONS=detect_leaks=0", "strace", "-ff", "-ttt", "-y", "-s", "0", "-o", prefix,
+               "-e", "trace=openat,pread64,read,mmap"]
+    with mount(src, "--ties=declared", wrapper=wrapper, timeout=30) as mnt:
+        assert os.path.exists(os.path.join(mnt, "model.safetensors"))
+    seen, violations = set(), []
+    for _ts, _tid, call, args, ret in parse_events(prefix):
+        if call != "pread64" or not args or not ret.isdigit():
+            continue
+        fd, path = fd_path(args[0])
+        real = os.path.realpath(path or "")
+        if real not in forbidden:
+            continue
+        seen.add(real)
+        start = int(args[3], 0)
+        end = start + int(ret)
+        for a, b in forbidden[real]:
+            if start < b and a < end:
+                violations.append(f"pread of {os.path.basename(real)} [{start}, {end}) "
+                                  f"touches tensor data [{a}, {b})")
+    assert seen, "no read of any .distcp file was traced"
+    assert not violations, violations[:5]
