@@ -179,8 +179,12 @@ def _llama_logits(path):
                      weights_only=True)
     model = AutoModelForCausalLM.from_pretrained(path)
     model.eval()
+    # The tie survives the round trip: one parameter under both names.
+    assert (model.lm_head.weight.data_ptr() ==
+            model.model.embed_tokens.weight.data_ptr()), "lm_head is not tied"
     with torch.no_grad():
-        logits = model(input_ids=ref["input_ids"]).logits
+        logits = model(input_ids=ref["input_ids"]).logits.clone()
+    del model
     return logits, ref["logits"]
 
 
