@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../codec/crc32.h"
 #include "../codec/zipdesc.h"
 #include "../codec/zstream.h"
 
@@ -51,7 +52,7 @@ static int check_buf(const struct us_extent *x, const unsigned char *buf)
 		return -EIO;
 	desc = buf + x->decoded_len - DESC;
 	if (record_start(x, desc, &start, &size) < 0 ||
-	    us_zip_desc_check(desc, size, us_crc32_fast(0, buf + start, (size_t)size)) < 0)
+	    us_zip_desc_check(desc, size, us_crc32(0, buf + start, (size_t)size)) < 0)
 		return -EIO;
 	return 0;
 }
@@ -68,7 +69,7 @@ static int crc_stream(struct us_zstream *z, unsigned char *buf, uint64_t n,
 			return (int)got;
 		if ((size_t)got != want)
 			return -EIO;
-		*crc = us_crc32_fast(*crc, buf, want);
+		*crc = us_crc32(*crc, buf, want);
 		n -= want;
 	}
 	return 0;

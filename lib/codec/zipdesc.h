@@ -1,6 +1,6 @@
 /*
- * zipdesc.h - checking a zip record against its data descriptor: a fast
- * CRC-32 (zlib's), taking a prefix off a CRC, and the descriptor's fields.
+ * zipdesc.h - checking a zip record against its data descriptor (the CRC
+ * itself is crc32.h's).
  *
  * A zstd item of a DCP checkpoint has no checksum of its own (torch writes
  * the frame without one), and zstd passes raw literals through unchecked,
@@ -13,18 +13,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
-/* us_crc32_fast - continue @crc (0 to start) over @n bytes at @p: the
- * value of zipw.h's bitwise us_crc32, several times faster (reads check
- * whole storage records with it). */
-uint32_t us_crc32_fast(uint32_t crc, const void *p, size_t n);
-
-/*
- * us_crc32_suffix - the CRC of B from the CRC of A||B (@crc_ab), the CRC
- * of A (@crc_a) and B's length: what a stream that only learns where B
- * starts after passing it needs.  (zlib's crc32_combine, solved for B.)
- */
-uint32_t us_crc32_suffix(uint32_t crc_ab, uint32_t crc_a, uint64_t len_b);
 
 /*
  * us_zip_desc_check - is @d (24 bytes) a data descriptor ("PK\x07\x08",

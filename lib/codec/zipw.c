@@ -1,6 +1,8 @@
 /* zipw.c - miniz's STORED zip layout, computed without the record data. */
 #include "zipw.h"
 
+#include "crc32.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,19 +21,6 @@
 #define U16_MAX 0xffffu
 #define PAD_ID 0x4246 /* "FB": torch's padding field */
 #define Z64_ID 0x0001
-
-uint32_t us_crc32(uint32_t crc, const void *data, size_t len)
-{
-	const unsigned char *p = data;
-
-	crc = ~crc;
-	while (len--) {
-		crc ^= *p++;
-		for (int k = 0; k < 8; k++)
-			crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1)));
-	}
-	return ~crc;
-}
 
 void us_zipw_init(struct us_zipw *z)
 {

@@ -72,7 +72,5 @@ enum us_status us_zipw_finish(struct us_zipw *z);
  * must be < z->size). */
 size_t us_zipw_find(const struct us_zipw *z, uint64_t off);
 
-/* us_crc32 - the zip CRC-32 of @len bytes, continuing from @crc (0 first). */
-uint32_t us_crc32(uint32_t crc, const void *data, size_t len);
 
 #endif /* US_ZIPW_H */

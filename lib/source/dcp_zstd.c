@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../codec/crc32.h"
 #include "../codec/zipdesc.h"
 #include "../codec/zstream.h"
 
@@ -302,7 +303,7 @@ static int verify(struct head *h, struct us_dcp_zitem *out)
 		return 0; /* long after all */
 	if (h->len < out->served)
 		return *h->why = "its archive ends inside its tensor's storage", -1;
-	crc = us_crc32_fast(0, h->buf + out->data, (size_t)out->bytes);
+	crc = us_crc32(0, h->buf + out->data, (size_t)out->bytes);
 	if (us_zip_desc_check(h->buf + out->data + out->bytes, out->bytes, crc) < 0)
 		return *h->why = "its tensor's storage fails the CRC-32 of its "
 				 "data descriptor: the item is corrupt", -1;

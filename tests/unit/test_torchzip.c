@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "codec/crc32.h"
 #include "codec/zipw.h"
 #include "harness.h"
 #include "source/source.h"
