@@ -108,7 +108,10 @@ enum us_status us_sd_open_file(struct us_statedict *sd, int dirfd,
 	if (sd->nfiles >= UINT32_MAX ||
 	    !grow((void **)&sd->files, &sd->files_cap, sd->nfiles, sizeof(*f)))
 		return us_err_set(err, US_E_NOMEM, relpath, "out of memory");
-	fd = openat(dirfd, relpath, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO named like a shard would otherwise block the
+	 * mount forever in open(2); it is refused just below.  (No effect on
+	 * regular files.) */
+	fd = openat(dirfd, relpath, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return us_err_set(err, US_E_IO, relpath, "cannot open: %s",
 				  strerror(errno));
@@ -184,6 +187,12 @@ struct us_tensor *us_sd_add_tensor(struct us_statedict *sd, const char *name,
 		return NULL;
 	}
 	t->name = t->source_name = us_arena_strdup(a, name);
+	/* Consecutive tensors mostly come from one file: share its copy. */
+	if (sd->ntensors && errpath && sd->tensors[sd->ntensors - 1].decl_path &&
+	    !strcmp(sd->tensors[sd->ntensors - 1].decl_path, errpath))
+		t->decl_path = sd->tensors[sd->ntensors - 1].decl_path;
+	else if (errpath && !(t->decl_path = us_arena_strdup(a, errpath)))
+		goto nomem;
 	shp = us_arena_calloc(a, ndim ? ndim : 1, sizeof(*shp));
 	t->chunks = us_arena_calloc(a, nchunks ? nchunks : 1, sizeof(*t->chunks));
 	if (!t->name || !shp || !t->chunks)
@@ -239,9 +248,14 @@ static int cmp_tensor_name(const void *a, const void *b)
 		      ((const struct us_tensor *)b)->name);
 }
 
+/* The file to name in a refusal about @t's shape, chunks or name: the one
+ * that declared it.  (For DCP that is .metadata, not the .distcp file of its
+ * first chunk, which refusals of a broken chunk grid used to name.) */
 static const char *tensor_file(const struct us_statedict *sd,
 			       const struct us_tensor *t)
 {
+	if (t->decl_path)
+		return t->decl_path;
 	return t->nchunks ? sd->files[t->chunks[0].src.file].relpath : NULL;
 }
 
@@ -511,10 +525,32 @@ enum us_status us_sd_resolve_aliases(struct us_statedict *sd,
 			return err ? err->status : US_E_NOMEM;
 		}
 		t = &sd->tensors[target[i]]; /* after add: the array may move */
+		copy->decl_path = t->decl_path;
 		copy->chunks = t->chunks;
 		copy->nchunks = t->nchunks;
 	}
 	sd->naliases = 0;
 	free(target);
 	return US_OK;
+}
+
+static bool is_castable(enum us_dtype dt)
+{
+	return dt == US_DT_F64 || dt == US_DT_F32 || dt == US_DT_F16 ||
+	       dt == US_DT_BF16;
+}
+
+void us_sd_present_as(struct us_statedict *sd, enum us_dtype dtype)
+{
+	if (!sd)
+		return;
+	for (size_t i = 0; i < sd->ntensors; i++) {
+		struct us_tensor *t = &sd->tensors[i];
+
+		if (!is_castable(t->dtype) || t->dtype == dtype)
+			continue;
+		t->dtype = dtype;
+		t->nbytes = t->numel * (us_dtype_bits(dtype) / 8);
+	}
+	us_sd_present_as(sd->optim, dtype);
 }

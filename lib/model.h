@@ -70,6 +70,9 @@ struct us_chunk {
 struct us_tensor {
 	const char *name;        /* the name every view shows */
 	const char *source_name; /* the key in the source, before unwrapping */
+	/* The SOURCE file that declared its shape and chunk grid (a shard, an
+	 * archive, DCP's .metadata): refusals about those name it. */
+	const char *decl_path;
 	enum us_dtype dtype;
 	uint32_t ndim;
 	const uint64_t *shape;
@@ -183,6 +186,13 @@ enum us_status us_sd_resolve_aliases(struct us_statedict *sd,
  * a reader has described everything and names were unwrapped.
  */
 enum us_status us_sd_finalize(struct us_statedict *sd, struct us_err *err);
+
+/*
+ * us_sd_present_as - present every floating tensor (F64, F32, F16, BF16) of
+ * @sd (and of its optimizer) as @dtype (--dtype): dtype and nbytes change,
+ * chunks keep the stored dtype, and reads convert (assemble/cast.h).
+ */
+void us_sd_present_as(struct us_statedict *sd, enum us_dtype dtype);
 
 /* us_sd_find - binary search by name after finalize; NULL if absent. */
 const struct us_tensor *us_sd_find(const struct us_statedict *sd,

@@ -9,6 +9,9 @@
 # exports UNSHARDFS_VENV (the venv's path). Environment knobs:
 #   UNSHARDFS_CACHE     where venvs are cached
 #   UNSHARDFS_NO_ASAN=1 skip the ASan/UBSan build
+#   UNSHARDFS_NO_FUZZ=1 skip the libFuzzer build (build-fuzz/, clang + ASan + UBSan);
+#                       it is also skipped, with a message, when clang or libFuzzer
+#                       (libclang-rt-14-dev) is missing
 
 _unshardfs_root() { (cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd); }
 
@@ -37,7 +40,8 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 
 # ---------------------------------------------------------------- 1. system packages
 PACKAGES=(build-essential meson ninja-build pkg-config fuse3 libfuse3-dev libcjson-dev
-          libzstd-dev python3-venv attr strace rsync)
+          libzstd-dev python3-venv attr strace rsync valgrind
+          clang libclang-rt-14-dev)  # clang + libFuzzer runtime: build-fuzz/ (Debian 12)
 missing=()
 for p in "${PACKAGES[@]}"; do
     if ! dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed'; then
@@ -96,6 +100,22 @@ if [[ -f meson.build ]]; then
                 --buildtype=debug
         fi
         meson compile -C build-asan
+    fi
+    # libFuzzer targets (tests/fuzz, docs/hardening.md): clang with ASan + UBSan.
+    if [[ "${UNSHARDFS_NO_FUZZ:-0}" == 1 ]]; then
+        log "fuzz: skipped (UNSHARDFS_NO_FUZZ=1)"
+    elif ! command -v clang >/dev/null 2>&1 ||
+         ! ls "$(clang -print-resource-dir 2>/dev/null)"/lib/linux/libclang_rt.fuzzer-*.a \
+              >/dev/null 2>&1; then
+        log "fuzz: clang or its libFuzzer runtime (libclang-rt-14-dev) is missing: not building build-fuzz/"
+    else
+        FUZZ_OPTS=(-Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled)
+        if [[ -f build-fuzz/build.ninja ]]; then
+            meson setup --reconfigure build-fuzz "${FUZZ_OPTS[@]}" >/dev/null
+        else
+            CC=clang meson setup build-fuzz "${FUZZ_OPTS[@]}"
+        fi
+        meson compile -C build-fuzz
     fi
 else
     log "no meson.build yet: skipping the build"

@@ -65,6 +65,19 @@ static struct us_pk_coll *coll_of(struct vm *vm, struct us_pk *n)
 	return n->coll;
 }
 
+/*
+ * A DICT always carries its (possibly empty) collection, so that callers may
+ * follow p->coll of anything us_pk_is_dictlike() accepts.  (An empty dict,
+ * `{"a": {}}`, used to be a DICT with coll == NULL: a NULL dereference in
+ * every walker -- found by fuzz_torch.)
+ */
+static struct us_pk *dict_node(struct vm *vm)
+{
+	struct us_pk *d = node(vm, US_PK_DICT);
+
+	return d && coll_of(vm, d) ? d : NULL;
+}
+
 /* ---- stacks --------------------------------------------------------------- */
 
 static int push(struct vm *vm, struct us_pk *v)
@@ -515,20 +528,25 @@ static int step(struct vm *vm, unsigned char op)
 	case 'G': return op_binfloat(vm);
 	case ')': return push(vm, node(vm, US_PK_TUPLE));
 	case ']': return push(vm, node(vm, US_PK_LIST));
-	case '}': return push(vm, node(vm, US_PK_DICT));
+	case '}': return push(vm, dict_node(vm));
 	case 0x8f: return push(vm, node(vm, US_PK_SET));
 	case 't': return pop_mark(vm, &from) < 0 ? -1 : make_seq(vm, US_PK_TUPLE, from);
 	case 'l': return pop_mark(vm, &from) < 0 ? -1 : make_seq(vm, US_PK_LIST, from);
 	case 0x91: return pop_mark(vm, &from) < 0 ? -1 : make_seq(vm, US_PK_SET, from);
 	case 'd':
-		if (pop_mark(vm, &from) < 0 || push(vm, node(vm, US_PK_DICT)) < 0)
+		if (pop_mark(vm, &from) < 0 || push(vm, dict_node(vm)) < 0)
 			return -1;
-		/* Move the dict below its items, then set them. */
-		memmove(vm->stack + from + 1, vm->stack + from,
-			(vm->sp - 1 - from) * sizeof(*vm->stack));
-		vm->stack[from] = node(vm, US_PK_DICT);
-		return vm->stack[from] ? (vm->sp--, set_items(vm, from + 1))
-				       : FAIL(vm, "out of memory");
+		/* Move the dict (just pushed) below its items, then set them.
+		 * (This used to drop the last item -- sp-- after the move -- so
+		 * every protocol-0 dict with items was refused or truncated.) */
+		{
+			struct us_pk *d = vm->stack[vm->sp - 1];
+
+			memmove(vm->stack + from + 1, vm->stack + from,
+				(vm->sp - 1 - from) * sizeof(*vm->stack));
+			vm->stack[from] = d;
+		}
+		return set_items(vm, from + 1);
 	case 0x85: return tuple_n(vm, 1);
 	case 0x86: return tuple_n(vm, 2);
 	case 0x87: return tuple_n(vm, 3);

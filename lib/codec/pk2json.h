@@ -16,4 +16,15 @@
 /* A new cJSON tree for @p (NULL only when out of memory). */
 cJSON *us_pk_to_json(const struct us_pk *p);
 
+/*
+ * us_pk_to_json_budget - the same, converting at most *@budget values (each
+ * one converted decrements it; past it, values become null).  A pickle's
+ * memo lets a few hundred bytes describe a DAG whose tree is exponentially
+ * large ({"a": x, "b": x} nested 64 deep), so a walk that follows it needs
+ * a bound; callers converting several values of one checkpoint share one
+ * budget.  us_pk_to_json uses a fresh US_PK_JSON_BUDGET.
+ */
+#define US_PK_JSON_BUDGET ((size_t)1 << 20)
+cJSON *us_pk_to_json_budget(const struct us_pk *p, size_t *budget);
+
 #endif /* US_PK2JSON_H */

@@ -25,6 +25,13 @@
 
 #define TORCH_INDEX_SUFFIX ".bin.index.json"
 #define MAX_WALK_DEPTH 64
+/*
+ * Values a walk may visit.  The depth bound alone is not enough: through the
+ * pickle memo a few hundred bytes describe a DAG ({"a": x, "b": x} nested 60
+ * deep) whose tree has 2^60 paths, which hung the mount (found by fuzzing).
+ * 2^22 is far above any real state dict (every tensor is one visit).
+ */
+#define MAX_WALK_VISITS (1u << 22)
 
 struct walk {
 	struct us_statedict *sd;
@@ -32,6 +39,8 @@ struct walk {
 	const struct us_torch_archive *ta;
 	uint32_t file;
 	struct us_err *err;
+	uint32_t visits;    /* walk() calls so far, <= MAX_WALK_VISITS */
+	size_t json_budget; /* values us_pk_to_json_budget may still convert */
 };
 
 static enum us_status add_tensor(struct walk *w, const char *name,
@@ -120,6 +129,11 @@ static enum us_status walk(struct walk *w, const struct us_pk *v,
 		return us_err_set(w->err, US_E_FORMAT,
 				  w->sd->files[w->file].relpath,
 				  "state dict nests too deeply");
+	if (++w->visits > MAX_WALK_VISITS)
+		return us_err_set(w->err, US_E_FORMAT,
+				  w->sd->files[w->file].relpath,
+				  "the pickle's shared references expand to more "
+				  "than %u values", MAX_WALK_VISITS);
 	m = us_torch_match(v, &tt, &why);
 	if (m < 0)
 		return us_err_set(w->err, US_E_UNSUPPORTED,
@@ -146,23 +160,27 @@ static enum us_status walk(struct walk *w, const struct us_pk *v,
 	return rc;
 }
 
-/* Does @v hold any tensor (bounded search)? */
-static bool has_tensor(const struct us_pk *v, int depth)
+/* Does @v hold any tensor (bounded search)?  Past *@budget visits the
+ * answer is "maybe" (true): the walk then refuses the file itself. */
+static bool has_tensor(const struct us_pk *v, int depth, uint32_t *budget)
 {
 	struct us_torch_tensor tt;
 	const char *why;
 
 	if (!v || depth > MAX_WALK_DEPTH)
 		return false;
+	if (*budget == 0)
+		return true;
+	--*budget;
 	if (us_torch_match(v, &tt, &why) != 0)
 		return true;
 	if (us_pk_is_dictlike(v)) {
 		for (size_t i = 0; i < v->coll->vals.n; i++)
-			if (has_tensor(v->coll->vals.v[i], depth + 1))
+			if (has_tensor(v->coll->vals.v[i], depth + 1, budget))
 				return true;
 	} else if (v->kind == US_PK_LIST || v->kind == US_PK_TUPLE) {
 		for (size_t i = 0; i < v->u.seq.n; i++)
-			if (has_tensor(v->u.seq.v[i], depth + 1))
+			if (has_tensor(v->u.seq.v[i], depth + 1, budget))
 				return true;
 	}
 	return false;
@@ -176,6 +194,7 @@ static bool has_tensor(const struct us_pk *v, int depth)
 static const struct us_pk *model_root(const struct us_pk *root)
 {
 	const struct us_pk *found = NULL;
+	uint32_t budget = MAX_WALK_VISITS;
 
 	if (!us_pk_is_dictlike(root))
 		return root;
@@ -185,7 +204,7 @@ static const struct us_pk *model_root(const struct us_pk *root)
 
 		if (k->kind == US_PK_STR && us_is_optimizer_container(k->u.str.s))
 			continue;
-		if (!has_tensor(v, 0))
+		if (!has_tensor(v, 0, &budget))
 			continue;
 		if (found || !us_pk_is_dictlike(v))
 			return root;
@@ -258,7 +277,8 @@ static enum us_status optim_slot(struct walk *w, cJSON *scalars,
 				  name, why);
 	if (m > 0)
 		return add_tensor(w, name, &tt);
-	cJSON_AddItemToObject(scalars, name + 6, us_pk_to_json(v));
+	cJSON_AddItemToObject(scalars, name + 6,
+			      us_pk_to_json_budget(v, &w->json_budget));
 	return US_OK;
 }
 
@@ -306,7 +326,7 @@ static enum us_status read_optimizer(struct walk *w, const struct us_pk *root)
 	w->dst = us_sd_optim(w->sd);
 	tree = cJSON_CreateObject();
 	scalars = cJSON_AddObjectToObject(tree, "scalars");
-	jgroups = us_pk_to_json(groups);
+	jgroups = us_pk_to_json_budget(groups, &w->json_budget);
 	if (!w->dst || !tree || !scalars || !jgroups ||
 	    !cJSON_AddItemToObject(tree, "param_groups", jgroups)) {
 		cJSON_Delete(tree);
@@ -338,7 +358,8 @@ static enum us_status torch_read_file(struct us_statedict *sd, int dirfd,
 	struct us_arena arena;
 	struct us_sbuf name;
 	const char *why = NULL;
-	struct walk w = { .sd = sd, .dst = sd, .ta = &ta, .err = err };
+	struct walk w = { .sd = sd, .dst = sd, .ta = &ta, .err = err,
+			  .json_budget = US_PK_JSON_BUDGET };
 	const struct us_pk *model;
 	enum us_status rc;
 
@@ -366,7 +387,8 @@ static enum us_status torch_read_checked(struct us_statedict *sd, int dirfd,
 					 const char *relpath, struct us_err *err)
 {
 	unsigned char magic[4] = {0};
-	int fd = openat(dirfd, relpath, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: never block on a FIFO (us_sd_open_file refuses it). */
+	int fd = openat(dirfd, relpath, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 
 	if (fd >= 0) {
 		int rc = us_pread_full(fd, magic, 4, 0);
