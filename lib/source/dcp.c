@@ -49,6 +49,8 @@ struct dcp {
 	const char *strip;      /* the container key to drop, or NULL */
 	bool optim_only;        /* Accelerate's optimizer_0/: no model tensors */
 	cJSON *optim_tree;      /* non-tensor optimizer state, built up */
+	size_t *json_budget;    /* values left to convert, for the whole source:
+				 * shared references must not multiply the work */
 	struct us_err *err;
 };
 
@@ -552,7 +554,7 @@ static cJSON *byte_item_value(struct dcp *d, const char *fqn)
 	us_arena_init(&a);
 	if (us_torch_archive_open(&ta, d->sd->files[file].fd, it->offset,
 				  it->length, &a, &why) == 0)
-		v = us_pk_to_json(ta.root);
+		v = us_pk_to_json_budget(ta.root, d->json_budget);
 	us_arena_free(&a);
 	return v ? v : cJSON_CreateNull();
 }
@@ -692,11 +694,12 @@ static bool dcp_probe(int dirfd, const char *file)
 /* One DCP directory (@prefix) of SOURCE: its .metadata and items. */
 static enum us_status read_dcp_dir(struct us_statedict *sd, int dirfd,
 				   const char *prefix, bool optim_only,
-				   cJSON *optim_tree, struct us_err *err)
+				   cJSON *optim_tree, size_t *json_budget,
+				   struct us_err *err)
 {
 	struct dcp d = { .sd = sd, .dirfd = dirfd, .prefix = prefix,
 			 .optim_only = optim_only, .optim_tree = optim_tree,
-			 .err = err };
+			 .json_budget = json_budget, .err = err };
 	const struct us_pk *root = NULL;
 	char metapath[64];
 	enum us_status rc;
@@ -730,6 +733,7 @@ static enum us_status dcp_read(struct us_statedict *sd, int dirfd,
 			       const char *file, struct us_err *err)
 {
 	const char *prefix = file ? NULL : dcp_prefix(dirfd);
+	size_t budget = US_PK_JSON_BUDGET;
 	cJSON *tree = cJSON_CreateObject();
 	enum us_status rc;
 
@@ -744,11 +748,11 @@ static enum us_status dcp_read(struct us_statedict *sd, int dirfd,
 		cJSON_Delete(tree);
 		return us_err_set(err, US_E_NOMEM, ".", "out of memory");
 	}
-	rc = read_dcp_dir(sd, dirfd, prefix, false, tree, err);
+	rc = read_dcp_dir(sd, dirfd, prefix, false, tree, &budget, err);
 	/* Accelerate / HF Trainer keep the optimizer in its own DCP directory. */
 	if (rc == US_OK && *prefix &&
 	    faccessat(dirfd, "optimizer_0/.metadata", R_OK, 0) == 0)
-		rc = read_dcp_dir(sd, dirfd, "optimizer_0/", true, tree, err);
+		rc = read_dcp_dir(sd, dirfd, "optimizer_0/", true, tree, &budget, err);
 	if (rc == US_OK && finish_optim_json(sd, tree, sd->names) != US_OK)
 		rc = us_err_set(err, US_E_NOMEM, ".", "out of memory");
 	cJSON_Delete(tree);

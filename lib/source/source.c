@@ -12,6 +12,7 @@
 static const struct us_reader *const readers[] = {
 	&us_reader_dcp,
 	&us_reader_safetensors,
+	&us_reader_deepspeed, /* before torch: a DeepSpeed dir holds .pt files */
 	&us_reader_torch,
 };
 
@@ -105,6 +106,9 @@ enum us_status us_source_open(const char *path,
 	if (rc == US_OK)
 		rc = us_ties_detect(sd, opts ? opts->ties : US_TIES_AUTO,
 				    opts && opts->progress, err);
+	/* Last: ties are found on the stored bytes. */
+	if (rc == US_OK && opts && opts->cast)
+		us_sd_present_as(sd, opts->cast_to);
 	if (rc != US_OK) {
 		us_sd_free(sd);
 		goto fail;

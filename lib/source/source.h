@@ -18,6 +18,8 @@ struct us_source_opts {
 	struct us_names_opts names;
 	enum us_ties_mode ties;
 	bool progress;      /* report long work (proving ties) on stderr */
+	bool cast;          /* --dtype other than keep: present floats as... */
+	enum us_dtype cast_to;
 };
 
 /*
@@ -36,6 +38,7 @@ struct us_reader {
 extern const struct us_reader us_reader_safetensors;
 extern const struct us_reader us_reader_torch;
 extern const struct us_reader us_reader_dcp;
+extern const struct us_reader us_reader_deepspeed;
 
 /*
  * us_source_open - open @path (a file or a directory), read it with the

@@ -1,0 +1,200 @@
+"""DeepSpeed ZeRO checkpoints written by real DeepSpeed (tests/fixtures/deepspeed/, made by
+tests/fixtures/make_deepspeed_fixtures.py), mounted and read back with the real clients.
+Every view must equal, byte for byte, what DeepSpeed's own
+get_fp32_state_dict_from_zero_checkpoint computes (tests/fixtures/deepspeed/_ref/)."""
+import gc
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import FIXTURES, mount, refuse  # noqa: E402
+from torchref import compare  # noqa: E402
+
+DS = os.path.join(FIXTURES, "deepspeed")
+REF = os.path.join(DS, "_ref")
+CASES = ["z2_2rank", "z2_3rank_bf16", "z3_2rank", "z3_3rank_bf16"]
+DSVENV_PY = "/tmp/dsvenv/bin/python"
+
+
+def load_ref(name, suffix=""):
+    import json
+    from safetensors import safe_open
+    with safe_open(os.path.join(REF, f"{name}{suffix}.safetensors"), framework="pt") as f:
+        meta = f.metadata() or {}
+        return {k: f.get_tensor(k) for k in f.keys()}, json.loads(meta.get("ties", "[]"))
+
+
+@pytest.fixture(scope="module", params=CASES, ids=CASES)
+def mounted(request):
+    with mount(os.path.join(DS, request.param)) as mnt:
+        yield request.param, mnt
+        gc.collect()
+
+
+def test_model_safetensors(mounted):
+    from safetensors import safe_open
+    name, mnt = mounted
+    ref, ties = load_ref(name)
+    with safe_open(os.path.join(mnt, "model.safetensors"), framework="pt") as f:
+        meta = f.metadata() or {}
+        got = {k: f.get_tensor(k).clone() for k in f.keys()}
+    gc.collect()
+    compare(got, ref, ties, meta, what=f"{name} model.safetensors")
+    # the tied pair is stored once
+    assert meta.get("head.weight") == "embed.weight" and "head.weight" not in got, meta
+
+
+def test_pytorch_model_bin(mounted):
+    name, mnt = mounted
+    ref, ties = load_ref(name)
+    got = torch.load(os.path.join(mnt, "pytorch_model.bin"), weights_only=True, mmap=True)
+    shared = got["head.weight"].untyped_storage().data_ptr() == \
+        got["embed.weight"].untyped_storage().data_ptr()
+    copies = {k: v.clone() for k, v in got.items()}
+    del got
+    gc.collect()
+    compare(copies, ref, ties, require_all=True, what=f"{name} pytorch_model.bin")
+    assert shared, "tied names do not share a storage"
+
+
+def test_tied_pair_is_one_inode(mounted):
+    _name, mnt = mounted
+    a = os.stat(os.path.join(mnt, "tensors", "embed.weight"))
+    b = os.stat(os.path.join(mnt, "tensors", "head.weight"))
+    assert a.st_ino == b.st_ino and a.st_nlink == 2
+
+
+def test_optimizer_moments(mounted):
+    from safetensors.torch import load_file
+    name, mnt = mounted
+    want, _ = load_ref(name, ".optimizer")
+    got = {k: v.clone() for k, v in load_file(os.path.join(mnt, "optimizer.safetensors")).items()}
+    gc.collect()
+    compare(got, want, [], require_all=True, what=f"{name} optimizer.safetensors")
+    assert set(got) == set(want)
+
+
+def test_optimizer_json_names_groups(mounted):
+    import json
+    _name, mnt = mounted
+    with open(os.path.join(mnt, "optimizer.json")) as f:
+        groups = json.load(f)["param_groups"]
+    assert [g["weight_decay"] for g in groups] == [0.1, 0.0]
+    assert groups[1]["params"] == ["body.bias"]
+
+
+def test_tag_directory_itself_mounts():
+    from safetensors.torch import load_file
+    with mount(os.path.join(DS, "z3_2rank", "global_step2")) as mnt:
+        got = {k: v.clone() for k, v in load_file(os.path.join(mnt, "model.safetensors")).items()}
+        gc.collect()
+    ref, ties = load_ref("z3_2rank")
+    assert set(got) == set(ref) - {"head.weight"}
+
+
+# ---------------------------------------------------------------- refusals
+
+def _broken(name, tmp):
+    dst = os.path.join(tmp, name)
+    shutil.copytree(os.path.join(DS, name), dst)
+    return dst, os.path.join(dst, "global_step2")
+
+
+@pytest.mark.parametrize("name", ["z2_3rank_bf16", "z3_2rank"])
+def test_missing_rank_file_refused(name, tmp_path):
+    src, step = _broken(name, str(tmp_path))
+    victim = [n for n in sorted(os.listdir(step)) if "zero_pp_rank_1_" in n and "optim" in n][0]
+    os.unlink(os.path.join(step, victim))
+    path, reason = refuse(src)
+    assert path == f"global_step2/{victim}" and "missing" in reason, (path, reason)
+
+
+def test_missing_last_rank_refused(tmp_path):
+    src, step = _broken("z2_3rank_bf16", str(tmp_path))
+    os.unlink(os.path.join(step, "bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt"))
+    path, reason = refuse(src)
+    assert path == "global_step2/bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt", (path, reason)
+    assert "partition_count is 3" in reason
+
+
+def test_partition_count_disagrees_refused(tmp_path):
+    """A rank file of a 3-rank run dropped into a 2-rank checkpoint."""
+    src, step = _broken("z3_2rank", str(tmp_path))
+    shutil.copy(os.path.join(DS, "z3_3rank_bf16", "global_step2",
+                             "bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt"),
+                os.path.join(step, "zero_pp_rank_2_mp_rank_00_optim_states.pt"))
+    path, reason = refuse(src)
+    assert path.startswith("global_step2/zero_pp_rank_") and "partition_count" in reason, \
+        (path, reason)
+
+
+def test_truncated_optim_file_refused(tmp_path):
+    src, step = _broken("z2_2rank", str(tmp_path))
+    p = os.path.join(step, "zero_pp_rank_1_mp_rank_00_optim_states.pt")
+    with open(p, "r+b") as f:
+        f.truncate(os.path.getsize(p) // 2)
+    path, _reason = refuse(src)
+    assert path == "global_step2/zero_pp_rank_1_mp_rank_00_optim_states.pt", path
+
+
+def test_missing_tag_directory_refused(tmp_path):
+    src, step = _broken("z2_2rank", str(tmp_path))
+    with open(os.path.join(src, "latest"), "w") as f:
+        f.write("global_step9")
+    shutil.rmtree(step)
+    os.mkdir(os.path.join(src, "global_step9"))
+    with open(os.path.join(src, "global_step9", "mp_rank_00_model_states.pt"), "wb") as f:
+        f.write(b"PK")
+    path, reason = refuse(src)
+    assert path == "global_step9", (path, reason)
+
+
+# ---------------------------------------------------------------- memory
+
+def _vmhwm_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1))
+
+
+def _daemon_hwm(src):
+    """VmHWM of the daemon after reading every tensor through the mount."""
+    with mount(src) as mnt:
+        pid = int(subprocess.check_output(["pgrep", "-n", "-f", f"unshardfs -f .*{mnt}"]).split()[0])
+        for n in os.listdir(os.path.join(mnt, "tensors")):
+            with open(os.path.join(mnt, "tensors", n), "rb") as f:
+                while f.read(1 << 20):
+                    pass
+        return _vmhwm_kib(pid)
+
+
+@pytest.mark.skipif(not os.access(DSVENV_PY, os.X_OK), reason="no DeepSpeed venv at /tmp/dsvenv")
+def test_daemon_memory_flat(tmp_path):
+    """The daemon's peak RSS does not grow with the checkpoint (two sizes, 8x apart);
+    DeepSpeed's zero_to_fp32 on the big one is measured for comparison."""
+    gen = os.path.join(FIXTURES, "make_deepspeed_fixtures.py")
+    sizes = {}
+    for scale in (16, 128):
+        out = str(tmp_path / f"s{scale}")
+        subprocess.run([DSVENV_PY, "-c", f"import sys; sys.path.insert(0, {os.path.dirname(gen)!r});"
+                        f"import make_deepspeed_fixtures as m; m.train({out!r}, 3, 2, False, {scale})"],
+                       check=True, capture_output=True, timeout=600)
+        total = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(out) for f in fs)
+        sizes[scale] = (total, _daemon_hwm(out))
+    ds = subprocess.run([DSVENV_PY, "-c",
+                         "import resource, sys\n"
+                         "from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint as g\n"
+                         f"sd = g({str(tmp_path / 's128')!r})\n"
+                         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
+                        capture_output=True, text=True, timeout=600)
+    (small_b, small_hwm), (big_b, big_hwm) = sizes[16], sizes[128]
+    sys.stderr.write(f"deepspeed memory: {small_b}B -> {small_hwm} KiB, {big_b}B -> {big_hwm} KiB; "
+                     f"zero_to_fp32 {ds.stdout.strip().splitlines()[-1] if ds.stdout else '?'} KiB\n")
+    assert big_b > 4 * small_b
+    assert big_hwm < small_hwm * 1.5 + 8192, sizes
