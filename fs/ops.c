@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -29,6 +30,92 @@ static void us_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
 	conn->max_background = 64;
 	conn->congestion_threshold = 48;
+}
+
+/* mountinfo escapes space, tab, newline and backslash as \ooo. */
+static void unescape_octal(char *s)
+{
+	char *d = s;
+
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' &&
+		    s[2] >= '0' && s[2] <= '7' && s[3] >= '0' && s[3] <= '7') {
+			*d++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 +
+				      (s[3] - '0'));
+			s += 3;
+		} else {
+			*d++ = *s;
+		}
+	}
+	*d = '\0';
+}
+
+/* The device of the mount on @abs_mnt, the last (topmost) one listed. */
+static int mount_dev(const char *abs_mnt, unsigned *maj, unsigned *min)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	char *line = NULL;
+	size_t cap = 0;
+	int found = -1;
+
+	if (!f)
+		return -1;
+	while (getline(&line, &cap, f) > 0) {
+		char dir[4096];
+		unsigned a, b;
+
+		/* id parent major:minor root mountpoint ... */
+		if (sscanf(line, "%*u %*u %u:%u %*s %4095s", &a, &b, dir) != 3)
+			continue;
+		unescape_octal(dir);
+		if (strcmp(dir, abs_mnt) == 0) {
+			*maj = a;
+			*min = b;
+			found = 0;
+		}
+	}
+	free(line);
+	fclose(f);
+	return found;
+}
+
+/*
+ * Read-ahead: the kernel sets the bdi's read_ahead_kb from the FUSE_INIT
+ * reply (the minimum of its 128 KiB default and ours), so it can only be
+ * raised after INIT.  A file's window is taken from the bdi right after its
+ * FUSE_OPEN is answered, so the first open raises it, before replying:
+ * deterministic for every file opened.  The device is found at mount.
+ */
+static char ra_path[64];
+static unsigned ra_kb;
+static pthread_once_t ra_once = PTHREAD_ONCE_INIT;
+
+void us_raise_read_ahead(const char *abs_mnt, unsigned kb)
+{
+	unsigned maj, min;
+
+	if (mount_dev(abs_mnt, &maj, &min) < 0)
+		return;
+	snprintf(ra_path, sizeof(ra_path), "/sys/class/bdi/%u:%u/read_ahead_kb",
+		 maj, min);
+	ra_kb = kb;
+}
+
+static void ra_apply(void)
+{
+	unsigned cur = 0;
+	FILE *f;
+
+	if (!ra_path[0])
+		return;
+	f = fopen(ra_path, "r+");
+	if (!f)
+		return; /* not root: docs/benchmarks.md gives the command */
+	if (fscanf(f, "%u", &cur) == 1 && cur < ra_kb) {
+		rewind(f);
+		fprintf(f, "%u\n", ra_kb);
+	}
+	fclose(f);
 }
 
 static void fill_entry(struct us_tree *t, fuse_ino_t ino,
@@ -140,6 +227,7 @@ static void us_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EROFS);
 		return;
 	}
+	pthread_once(&ra_once, ra_apply);
 	fi->fh = 0;
 	if (n->kind == US_NODE_PASSTHROUGH) {
 		fd = open_passthrough(t, n);

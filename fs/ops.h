@@ -9,4 +9,18 @@
 
 extern const struct fuse_lowlevel_ops us_fuse_ops;
 
+/* Read-ahead the daemon asks of its mount's bdi: 1 MiB requests (256 pages,
+ * the kernel's FUSE maximum) instead of the 128 KiB default. */
+#define US_READ_AHEAD_KB 1024
+
+/*
+ * us_raise_read_ahead - make the mount on @abs_mnt (absolute, as
+ * /proc/self/mountinfo lists it) raise its bdi read_ahead_kb to @kb, when
+ * lower, at the first open (ops.c says why then).  Call right after
+ * fuse_session_mount(): it reads mountinfo, which needs no FUSE request.
+ * Raising needs root; otherwise nothing happens (docs/benchmarks.md gives
+ * the command for others).
+ */
+void us_raise_read_ahead(const char *abs_mnt, unsigned kb);
+
 #endif /* US_OPS_H */

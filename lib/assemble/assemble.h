@@ -4,6 +4,7 @@
 #ifndef US_ASSEMBLE_H
 #define US_ASSEMBLE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../model.h"
@@ -24,6 +25,22 @@ int us_tensor_read(const struct us_statedict *sd, const struct us_tensor *t,
  * state dict.  Call before serving, with no read in flight.  0 or -ENOMEM.
  */
 int us_assemble_init(uint64_t cache_size);
+
+/* us_tensor_read_stored - the same, in the dtype the chunks are stored in
+ * (the executor proper); us_tensor_read adds the --dtype cast. */
+int us_tensor_read_stored(const struct us_statedict *sd,
+			  const struct us_tensor *t, void *buf, uint64_t len,
+			  uint64_t off);
+
+/* us_tensor_is_cast - is @t presented in another dtype than it is stored
+ * in (--dtype)?  us_tensor_read_cast reads such a tensor (cast_read.c). */
+bool us_tensor_is_cast(const struct us_tensor *t);
+int us_tensor_read_cast(const struct us_statedict *sd, const struct us_tensor *t,
+			void *buf, uint64_t len, uint64_t off);
+
+/* us_assemble_set_device - where --dtype casts run: -1 the CPU, or CUDA
+ * device N (falls back to the CPU per call if the device fails). */
+void us_assemble_set_device(int dev);
 
 /* us_file_check - 0 while @f still has the identity seen at mount, else -EIO
  * (or the fstat errno). */

@@ -1,13 +1,17 @@
 /*
- * cuda.h - the CUDA side of the assembly engine.
+ * cuda.h - the CUDA executor of the assembly engine.
  *
  * Built only when meson finds nvcc (option 'cuda', auto by default); the
  * CUDA runtime is linked statically, and without a device or driver every
  * function reports "no device" so the same binary falls back to the CPU.
- * Host-side planning stays in plain C (plan.c) so CPU tests cover it.
+ * Host-side planning stays in plain C (plan.c, cast_read.c) so CPU tests
+ * cover it; the device only converts (--dtype) the bytes the CPU gathered,
+ * bit-exact with assemble/cast.c.
  */
 #ifndef US_CUDA_H
 #define US_CUDA_H
+
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -19,6 +23,16 @@ extern "C" {
  * static reason when the answer is 0.
  */
 int us_cuda_device_count(const char **why);
+
+/*
+ * us_cuda_cast - convert @n elements (dtypes as enum us_dtype values) from
+ * @src to @dst on device @dev: pinned staging, host-to-device copy, the cast
+ * kernel and the copy back run on a per-thread stream.  Same results as
+ * us_cast().  Returns 0, or -1 when CUDA is unavailable or fails (the caller
+ * then converts on the CPU).
+ */
+int us_cuda_cast(int dev, int from, int to, const void *src, void *dst,
+		 size_t n);
 
 #ifdef __cplusplus
 }

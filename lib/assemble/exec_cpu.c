@@ -5,6 +5,10 @@
 #include "assemble.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "../io.h"
@@ -12,12 +16,133 @@
 #include "plan.h"
 #include "zitem.h"
 
+/* Prefetch: a run of at least this many bytes asks the kernel for the
+ * source PREFETCH_AHEAD runs ahead (measured: docs/benchmarks.md). */
+#define US_PREFETCH_MIN (256u << 10)
+#define US_PREFETCH_AHEAD 4
+
+/*
+ * Gathers.  A plan emits many short runs where the source is strided (one
+ * per element of a transposed chunk) or where every output row gathers from
+ * several chunks (Shard(1)).  One pread each costs a syscall per few bytes,
+ * so short plain runs are queued, sorted by source, and served by reading
+ * each source span that covers a group of them once into a per-thread
+ * buffer and scattering.  Long runs still go straight into the reply.
+ * Memory: GATHER_BUF + GATHER_OPS ops per thread that ever gathered, freed
+ * with the thread: the "fixed per-thread buffer" of design.md.
+ */
+#define GATHER_SHORT (64u << 10) /* runs shorter than this are gathered */
+#define GATHER_BUF (4u << 20)    /* the span buffer */
+#define GATHER_GAP (16u << 10)   /* unneeded bytes read to save a syscall */
+#define GATHER_OPS 16384         /* queued runs, before a flush */
+
+struct gather {
+	char *span;
+	struct us_copy_op *ops;
+	size_t n;
+};
+
+static pthread_key_t gather_key;
+static pthread_once_t gather_once = PTHREAD_ONCE_INIT;
+static int gather_key_ok;
+
+static void gather_free(void *v)
+{
+	struct gather *g = v;
+
+	free(g->span);
+	free(g->ops);
+	free(g);
+}
+
+static void gather_key_init(void)
+{
+	gather_key_ok = pthread_key_create(&gather_key, gather_free) == 0;
+}
+
+/* This thread's gather state, or NULL (then runs are read one by one). */
+static struct gather *gather_get(void)
+{
+	struct gather *g;
+
+	pthread_once(&gather_once, gather_key_init);
+	if (!gather_key_ok)
+		return NULL;
+	g = pthread_getspecific(gather_key);
+	if (g)
+		return g;
+	g = calloc(1, sizeof(*g));
+	if (g) {
+		g->span = malloc(GATHER_BUF);
+		g->ops = malloc(GATHER_OPS * sizeof(*g->ops));
+	}
+	if (!g || !g->span || !g->ops ||
+	    pthread_setspecific(gather_key, g) != 0) {
+		if (g)
+			gather_free(g);
+		return NULL;
+	}
+	return g;
+}
+
+static int op_cmp(const void *a, const void *b)
+{
+	const struct us_copy_op *x = a, *y = b;
+
+	if (x->src->file != y->src->file)
+		return x->src->file < y->src->file ? -1 : 1;
+	return x->src_off < y->src_off ? -1 : x->src_off > y->src_off;
+}
+
 struct cpu_ctx {
 	const struct us_statedict *sd;
 	char *buf;
 	const struct us_extent *checked; /* last extent whose file was checked */
 	struct us_zitem_state z;         /* the zstd item being copied from */
+	struct gather *g;                /* NULL until a short run is queued */
 };
+
+/* Serve the queued runs: one pread per span of nearby source bytes. */
+static int gather_flush(struct cpu_ctx *ctx)
+{
+	struct gather *g = ctx->g;
+	size_t i = 0, j;
+	int rc = 0;
+
+	if (!g || g->n == 0)
+		return 0;
+	if (g->n == 1) { /* a lone short run: straight into the reply */
+		g->n = 0;
+		return us_pread_full(ctx->sd->files[g->ops[0].src->file].fd,
+				     ctx->buf + g->ops[0].dst_off,
+				     g->ops[0].len, g->ops[0].src_off);
+	}
+	qsort(g->ops, g->n, sizeof(*g->ops), op_cmp);
+	while (i < g->n && rc == 0) {
+		uint32_t file = g->ops[i].src->file;
+		uint64_t start = g->ops[i].src_off;
+		uint64_t end = start + g->ops[i].len;
+
+		for (j = i + 1; j < g->n; j++) {
+			const struct us_copy_op *o = &g->ops[j];
+			uint64_t e = o->src_off + o->len;
+
+			if (o->src->file != file || o->src_off > end + GATHER_GAP ||
+			    (e > end ? e : end) - start > GATHER_BUF)
+				break;
+			if (e > end)
+				end = e;
+		}
+		rc = us_pread_full(ctx->sd->files[file].fd, g->span,
+				   (size_t)(end - start), start);
+		for (; rc == 0 && i < j; i++)
+			memcpy(ctx->buf + g->ops[i].dst_off,
+			       g->span + (g->ops[i].src_off - start),
+			       g->ops[i].len);
+	}
+	g->n = 0;
+	return rc;
+}
 
 int us_assemble_init(uint64_t cache_size)
 {
@@ -52,21 +177,50 @@ static int cpu_emit(void *vctx, const struct us_copy_op *op)
 			return rc;
 		ctx->checked = op->src;
 	}
+	if (op->len < GATHER_SHORT && op->src->xf == US_XF_NONE) {
+		if (!ctx->g)
+			ctx->g = gather_get();
+		if (ctx->g) {
+			if (ctx->g->n == GATHER_OPS && (rc = gather_flush(ctx)))
+				return rc;
+			ctx->g->ops[ctx->g->n++] = *op;
+			return 0;
+		}
+	}
 	if (op->src->xf != US_XF_NONE)
 		return us_zitem_copy(&ctx->z, f, op->src, ctx->buf + op->dst_off,
 				     op->src_off, op->len);
-	return us_pread_full(f->fd, ctx->buf + op->dst_off, op->len,
-			     op->src_off);
+	rc = us_pread_full(f->fd, ctx->buf + op->dst_off, op->len,
+			   op->src_off);
+	/* Readers go forward: a large run starts the disk on the stretch
+	 * PREFETCH_AHEAD runs further on (the ones between were asked for
+	 * by earlier runs), which the file's own read-ahead misses when the
+	 * FUSE threads' preads on one fd arrive out of order. */
+	if (rc == 0 && op->len >= US_PREFETCH_MIN)
+		posix_fadvise(f->fd,
+			      (off_t)(op->src_off + US_PREFETCH_AHEAD * op->len),
+			      (off_t)op->len, POSIX_FADV_WILLNEED);
+	return rc;
+}
+
+int us_tensor_read_stored(const struct us_statedict *sd,
+			  const struct us_tensor *t,
+		   void *buf, uint64_t len, uint64_t off)
+{
+	struct cpu_ctx ctx = { .sd = sd, .buf = buf, .checked = NULL };
+	int rc, frc;
+
+	us_zitem_begin(&ctx.z);
+	rc = us_plan_range(t, off, len, cpu_emit, &ctx);
+	frc = gather_flush(&ctx); /* always empties the queue */
+	us_zitem_end(&ctx.z);
+	return rc ? rc : frc;
 }
 
 int us_tensor_read(const struct us_statedict *sd, const struct us_tensor *t,
 		   void *buf, uint64_t len, uint64_t off)
 {
-	struct cpu_ctx ctx = { .sd = sd, .buf = buf, .checked = NULL };
-	int rc;
-
-	us_zitem_begin(&ctx.z);
-	rc = us_plan_range(t, off, len, cpu_emit, &ctx);
-	us_zitem_end(&ctx.z);
-	return rc;
+	if (us_tensor_is_cast(t))
+		return us_tensor_read_cast(sd, t, buf, len, off);
+	return us_tensor_read_stored(sd, t, buf, len, off);
 }

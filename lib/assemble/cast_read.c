@@ -1,0 +1,74 @@
+/*
+ * cast_read.c - reading a tensor presented in another dtype (--dtype).
+ *
+ * The stored elements covering the requested range are read in blocks
+ * through the plan/executor (us_tensor_read_stored), converted (cast.h) and
+ * the requested bytes copied out.  Two fixed 32 KiB stack buffers per call:
+ * memory stays bounded whatever the tensor size.
+ */
+#include "assemble.h"
+
+#include <string.h>
+
+#include "cast.h"
+#include "cuda.h"
+
+#define CAST_BLOCK 32768u
+
+/* --device: -1 converts on the CPU, N on CUDA device N (with a fallback to
+ * the CPU if the device fails).  auto is the CPU until a measurement shows
+ * the device faster for some plan (docs/benchmarks.md). */
+static int cast_device = -1;
+
+void us_assemble_set_device(int dev)
+{
+	cast_device = dev;
+}
+
+static void convert(enum us_dtype from, enum us_dtype to, const void *src,
+		    void *dst, size_t n)
+{
+	if (cast_device < 0 || us_cuda_cast(cast_device, from, to, src, dst, n) < 0)
+		us_cast(from, to, src, dst, n);
+}
+
+/* The tensor as stored: same chunks, the stored dtype and its size. */
+static struct us_tensor stored_view(const struct us_tensor *t)
+{
+	struct us_tensor s = *t;
+
+	s.dtype = t->chunks[0].src.dtype;
+	s.nbytes = t->numel * (us_dtype_bits(s.dtype) / 8);
+	return s;
+}
+
+bool us_tensor_is_cast(const struct us_tensor *t)
+{
+	return t->nchunks && t->chunks[0].src.dtype != t->dtype;
+}
+
+int us_tensor_read_cast(const struct us_statedict *sd, const struct us_tensor *t,
+			void *buf, uint64_t len, uint64_t off)
+{
+	unsigned char sbuf[CAST_BLOCK], dbuf[CAST_BLOCK];
+	struct us_tensor s = stored_view(t);
+	uint64_t si = us_dtype_bits(s.dtype) / 8, di = us_dtype_bits(t->dtype) / 8;
+	uint64_t per = CAST_BLOCK / (si > di ? si : di);
+	uint64_t e = off / di, end = off + len;
+	unsigned char *out = buf;
+
+	while (e * di < end) {
+		uint64_t n = t->numel - e < per ? t->numel - e : per;
+		uint64_t b0 = e * di, b1 = (e + n) * di, from, to;
+		int rc = us_tensor_read_stored(sd, &s, sbuf, n * si, e * si);
+
+		if (rc < 0)
+			return rc;
+		convert(s.dtype, t->dtype, sbuf, dbuf, (size_t)n);
+		from = b0 > off ? b0 : off;
+		to = b1 < end ? b1 : end;
+		memcpy(out + (from - off), dbuf + (from - b0), (size_t)(to - from));
+		e += n;
+	}
+	return 0;
+}

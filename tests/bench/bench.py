@@ -1,0 +1,419 @@
+"""unshardfs benchmarks: every number is a ratio against a peer measured side by side
+in the same run (machines are noisy).  Run through tests/bench/run.sh (root: it drops
+caches and sets the bdi read-ahead of the peer's mount).  Writes docs/benchmarks.md.
+
+Environment: BENCH_DIR (scratch, default /tmp/unshardfs-bench), BENCH_GB (large DCP
+size, default 4), BENCH_HUGE_GB (extra RSS point, default 0 = skip), BENCH_REPS (3).
+"""
+import datetime
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+BUILD = os.path.join(REPO, os.environ.get("UNSHARDFS_BUILD", "build"))
+US = os.path.join(BUILD, "fs", "unshardfs")
+BASE = os.path.join(BUILD, "bench", "baseline_fs")
+PY = sys.executable
+sys.path.insert(0, HERE)
+import gen  # noqa: E402
+
+SCRATCH = os.environ.get("BENCH_DIR", "/tmp/unshardfs-bench")
+GB = float(os.environ.get("BENCH_GB", "4"))
+HUGE = float(os.environ.get("BENCH_HUGE_GB", "0"))
+REPS = int(os.environ.get("BENCH_REPS", "3"))
+RA_KB = int(os.environ.get("BENCH_RA_KB", "1024"))
+ROOT = os.geteuid() == 0
+rows = []          # (id, what, ours, peer, ratio, target)
+notes = []
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def drop_caches():
+    subprocess.run(["sync"])
+    if ROOT:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1\n")
+
+
+def read_all(path, bufsize=8 << 20):
+    buf = bytearray(bufsize)
+    mv = memoryview(buf)
+    n = 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        while True:
+            k = os.readv(fd, [mv])
+            if k == 0:
+                return n
+            n += k
+    finally:
+        os.close(fd)
+
+
+def warm(paths):
+    for p in paths:
+        read_all(p)
+
+
+def files_of(d):
+    return [os.path.join(d, f) for f in sorted(os.listdir(d))
+            if os.path.isfile(os.path.join(d, f))]
+
+
+def bdi_of(mnt):
+    st = os.stat(mnt)
+    return f"/sys/class/bdi/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/read_ahead_kb"
+
+
+def read_ahead_kb(mnt):
+    try:
+        with open(bdi_of(mnt)) as f:
+            return int(f.read())
+    except OSError:
+        return None
+
+
+class Mount:
+    """Start a FUSE daemon in the foreground on a fresh mountpoint; unmount on exit."""
+
+    def __init__(self, argv, timeout=120):
+        self.tmp = tempfile.mkdtemp(prefix="usbench-")
+        self.mnt = os.path.join(self.tmp, "mnt")
+        os.mkdir(self.mnt)
+        self.err = open(os.path.join(self.tmp, "err"), "wb")
+        self.t0 = time.perf_counter()
+        self.proc = subprocess.Popen(argv + [self.mnt], stdout=self.err, stderr=self.err,
+                                     stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while not os.path.ismount(self.mnt):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{argv} did not mount: "
+                                   + open(self.err.name).read())
+            time.sleep(0.002)
+        self.mount_s = time.perf_counter() - self.t0
+
+    def path(self, *p):
+        return os.path.join(self.mnt, *p)
+
+    def hwm_kib(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for _ in range(40):
+            if subprocess.run(["fusermount3", "-u", self.mnt],
+                              capture_output=True).returncode == 0:
+                break
+            time.sleep(0.25)
+        self.proc.wait(timeout=30)
+        self.err.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def us(src, *opts):
+    return Mount([US, "-f", "-q", *opts, src])
+
+
+def base(backing):
+    m = Mount([BASE, "-f", backing])
+    if ROOT and RA_KB:
+        # the peer gets the same kernel read-ahead as unshardfs sets for itself
+        try:
+            with open(bdi_of(m.mnt), "w") as f:
+                f.write(str(RA_KB))
+        except OSError:
+            pass
+    return m
+
+
+def timed(fn):
+    t = time.perf_counter()
+    r = fn()
+    return time.perf_counter() - t, r
+
+
+def best(xs):
+    return min(xs)
+
+
+def add(i, what, ours, peer, ratio, target):
+    rows.append((i, what, ours, peer, ratio, target))
+    log(f"[{i}] {what}: {ours} vs {peer} -> {ratio:.2f}x (target {target})")
+
+
+# ---------------------------------------------------------------------------- benchmarks
+
+def bench_a(src, backing):
+    shards = files_of(src)
+    t_us, t_bl = [], []
+    size = os.path.getsize(backing)
+    for _ in range(REPS):
+        warm(shards)
+        with us(src) as m:
+            t, n = timed(lambda: read_all(m.path("model.safetensors")))
+            ra = read_ahead_kb(m.mnt)  # raised at the first open (root)
+            assert n == size
+            t_us.append(t)
+        warm([backing])
+        with base(backing) as b:
+            t, n = timed(lambda: read_all(b.path("model.safetensors")))
+            assert n == size
+            t_bl.append(t)
+    g_us, g_bl = size / best(t_us) / 1e9, size / best(t_bl) / 1e9
+    add("a", f"warm first read of model.safetensors ({size / 1e9:.2f} GB; read_ahead_kb "
+        f"{ra})", f"{g_us:.2f} GB/s", f"{g_bl:.2f} GB/s (one-file pread FUSE server)",
+        g_us / g_bl, "≥ 1.0×")
+
+
+def bench_b(src):
+    shards = files_of(src)
+    t_us, t_nat = [], []
+    for _ in range(REPS):
+        drop_caches()
+        with us(src) as m:
+            size = os.path.getsize(m.path("model.safetensors"))
+            t, _ = timed(lambda: read_all(m.path("model.safetensors")))
+            t_us.append(t)
+        drop_caches()
+        t, _ = timed(lambda: subprocess.run(["cat", *shards], stdout=subprocess.DEVNULL,
+                                            check=True))
+        t_nat.append(t)
+    nat_bytes = sum(os.path.getsize(p) for p in shards)
+    g_us, g_nat = size / best(t_us) / 1e9, nat_bytes / best(t_nat) / 1e9
+    add("b", "cold read of model.safetensors (caches dropped)", f"{g_us:.2f} GB/s",
+        f"{g_nat:.2f} GB/s (cat of the shards)", g_us / g_nat, "≥ 0.8×")
+
+
+FIRST = r"""
+import sys, time
+t0 = time.perf_counter()
+from safetensors import safe_open
+import torch
+mode, src, mnt = sys.argv[1:4]
+if mode == "mount-first":
+    with safe_open(mnt + "/model.safetensors", framework="pt") as f:
+        k = next(iter(f.keys()))
+        t = f.get_tensor(k)
+elif mode == "mount-all":
+    n = 0
+    with safe_open(mnt + "/model.safetensors", framework="pt") as f:
+        for k in f.keys():
+            n += f.get_tensor(k).numel()
+else:
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    out = mnt + "/converted.pt"
+    dcp_to_torch_save(src, out)
+    if mode == "convert-first":
+        sd = torch.load(out, mmap=True, weights_only=True)["model"]
+        t = next(iter(sd.values())).clone()
+    else:
+        sd = torch.load(out, weights_only=True)["model"]
+        n = sum(v.numel() for v in sd.values())
+print(time.perf_counter() - t0)
+"""
+
+
+def load_peer(src, mode):
+    """Python-side seconds of a loader run in a fresh interpreter (imports included)."""
+    if mode.startswith("mount"):
+        t0 = time.perf_counter()
+        with us(src) as m:
+            r = subprocess.run([PY, "-c", FIRST, mode, src, m.mnt], check=True,
+                               capture_output=True, text=True)
+            return time.perf_counter() - t0
+    d = tempfile.mkdtemp(prefix="usbench-conv-", dir=SCRATCH)
+    try:
+        t0 = time.perf_counter()
+        subprocess.run([PY, "-c", FIRST, mode, src, d], check=True, capture_output=True)
+        return time.perf_counter() - t0
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def bench_cd(src, size):
+    for i, kind, what in (("c", "first", "time to first tensor (mount + safe_open + one "
+                           "get_tensor)"),
+                          ("d", "all", "load every tensor (mount + get_tensor of each)")):
+        ours, peer = [], []
+        for _ in range(max(1, REPS - 1)):
+            drop_caches()
+            ours.append(load_peer(src, "mount-" + kind))
+            drop_caches()
+            peer.append(load_peer(src, "convert-" + kind))
+        add(i, f"{what}, {size / 1e9:.1f} GB DCP, cold", f"{best(ours):.2f} s",
+            f"{best(peer):.2f} s (dcp_to_torch_save + torch.load)", best(peer) / best(ours),
+            "≥ 1× (faster)")
+
+
+def everything(m):
+    n = read_all(m.path("model.safetensors")) + read_all(m.path("pytorch_model.bin"))
+    tdir = m.path("tensors")
+    for dp, _dn, fns in os.walk(tdir):
+        for f in fns:
+            n += read_all(os.path.join(dp, f))
+    return n
+
+
+def bench_e(points):
+    cache = None
+    out = []
+    for gb, src in points:
+        with us(src) as m:
+            t, n = timed(lambda: everything(m))
+            hwm = m.hwm_kib()
+        out.append((gb, hwm, n, t))
+        log(f"[e] {gb} GB: read {n / 1e9:.1f} GB in {t:.1f}s, VmHWM {hwm / 1024:.1f} MiB")
+    hw = [h for _g, h, _n, _t in out]
+    add("e", "daemon peak RSS (VmHWM) after reading model.safetensors, pytorch_model.bin "
+        "and every tensors/ file at " + ", ".join(f"{g:g}" for g, *_ in out) + " GB",
+        " / ".join(f"{h / 1024:.1f}" for h in hw) + " MiB",
+        "64 MiB + cache", max(hw) / min(hw), "flat (≈1.0×), ≤ 64 MiB + cache")
+    return out
+
+
+def bench_f(tmp):
+    res = []
+    for n in (1000, 20000, 100000):
+        p = os.path.join(tmp, f"synth{n}")
+        os.makedirs(p, exist_ok=True)
+        gen.make_st(os.path.join(p, "model.safetensors"), n)
+        ts = []
+        for _ in range(REPS):
+            drop_caches()
+            with us(p) as m:
+                ts.append(m.mount_s)
+                if n == 1000:
+                    assert len(os.listdir(m.path("tensors"))) > 0
+        res.append((n, best(ts)))
+    add("f", "mount time at 1k / 20k / 100k tensors (synthetic safetensors, cold cache)",
+        " / ".join(f"{t * 1000:.0f} ms" for _n, t in res), "1 s at 20k", 1.0 / res[1][1],
+        "≤ 1 s at 20k (ratio = 1 s / ours)")
+    return res
+
+
+def bench_g(src0, src1):
+    out = {}
+    for label, src in (("Shard(0)", src0), ("Shard(1)", src1)):
+        shards = files_of(src)
+        ts = []
+        for _ in range(REPS):
+            warm(shards)
+            with us(src) as m:
+                size = os.path.getsize(m.path("model.safetensors"))
+                t, _ = timed(lambda: read_all(m.path("model.safetensors")))
+                ts.append(t)
+        out[label] = size / best(ts) / 1e9
+    add("g", "TP Shard(1) assembly (4 ranks, 4096×8192 fp32, columns split), warm, CPU",
+        f"{out['Shard(1)']:.2f} GB/s", f"{out['Shard(0)']:.2f} GB/s (same data, Shard(0))",
+        out["Shard(1)"] / out["Shard(0)"], "report (CUDA comparison needs a GPU)")
+
+
+def write_md(extra):
+    date = datetime.date.today().isoformat()
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    lines = [
+        "# Benchmarks", "",
+        "Generated by `tests/bench/run.sh` (do not edit the table by hand; the notes below "
+        "it are kept in `tests/bench/notes.md`).", "",
+        f"- date: {date}",
+        f"- machine: {os.cpu_count()} CPUs ({cpu}), {mem:.0f} GiB RAM, kernel "
+        f"{platform.release()}, {'root' if ROOT else 'non-root'}",
+        f"- repetitions: best of {REPS} (c, d: best of {max(1, REPS - 1)})", "",
+        "| | benchmark | unshardfs | peer | ratio | target |",
+        "|---|---|---|---|---|---|",
+    ]
+    for i, what, ours, peer, ratio, target in rows:
+        lines.append(f"| {i} | {what} | {ours} | {peer} | {ratio:.2f}× | {target} |")
+    lines += [""] + extra + [""]
+    notes_md = os.path.join(HERE, "notes.md")
+    if os.path.exists(notes_md):
+        lines.append(open(notes_md).read())
+    with open(os.path.join(REPO, "docs", "benchmarks.md"), "w") as f:
+        f.write("\n".join(lines))
+
+
+def main():
+    only = set(sys.argv[1:]) or set("abcdefg")
+    os.makedirs(SCRATCH, exist_ok=True)
+    made = []
+    extra = []
+    try:
+        d1 = os.path.join(SCRATCH, "dcp1")
+        if only & set("abeg"):
+            log("generating 1 GB DCP (Shard(0), 2 ranks)")
+            gen.make_dcp(d1, 1.0, world=2, shard=0)
+            made.append(d1)
+        if only & set("ab"):
+            backing = os.path.join(SCRATCH, "consolidated.safetensors")
+            with us(d1) as m:
+                shutil.copyfile(m.path("model.safetensors"), backing)
+            made.append(backing)
+            if "a" in only:
+                bench_a(d1, backing)
+            if "b" in only:
+                bench_b(d1)
+        if "g" in only:
+            d1c = os.path.join(SCRATCH, "dcp1-shard1")
+            log("generating 1 GB DCP (Shard(1), 4 ranks)")
+            gen.make_dcp(d1c, 1.0, world=4, shard=1)
+            made.append(d1c)
+            bench_g(d1, d1c)
+            shutil.rmtree(d1c, ignore_errors=True)
+        if only & set("cde"):
+            dbig = os.path.join(SCRATCH, "dcpbig")
+            log(f"generating {GB:g} GB DCP (Shard(0), 2 ranks)")
+            size = gen.make_dcp(dbig, GB, world=2, shard=0)
+            made.append(dbig)
+            if only & set("cd"):
+                bench_cd(dbig, size)
+            if "e" in only:
+                pts = [(1, d1), (GB, dbig)]
+                if HUGE:
+                    dh = os.path.join(SCRATCH, "dcphuge")
+                    gen.make_dcp(dh, HUGE, world=2, shard=0)
+                    made.append(dh)
+                    pts.append((HUGE, dh))
+                for gb, hwm, n, t in bench_e(pts):
+                    extra.append(f"- e: {gb:g} GB checkpoint: read {n / 1e9:.1f} GB through "
+                                 f"all three views in {t:.1f} s, daemon VmHWM "
+                                 f"{hwm / 1024:.1f} MiB")
+        if "f" in only:
+            ft = os.path.join(SCRATCH, "synth")
+            made.append(ft)
+            for n, t in bench_f(ft):
+                extra.append(f"- f: {n} tensors: mount {t * 1000:.0f} ms")
+    finally:
+        for p in made:
+            if os.path.isdir(p):
+                shutil.rmtree(p, ignore_errors=True)
+            elif os.path.exists(p):
+                os.remove(p)
+    write_md(extra)
+    for i, what, ours, peer, ratio, target in rows:
+        print(f"{i}: {ratio:.2f}x  ({ours} vs {peer}; target {target})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Benchmark checkpoint generators (fast; no training).
+
+  gen.py dcp OUT --gb G [--world W] [--shard 0|1] [--cols C]
+      a PyTorch DCP checkpoint of fp32 2-D tensors of about G GB in total, saved by W
+      gloo CPU processes, each tensor a DTensor sharded on dim 0 (FSDP-like) or dim 1
+      (tensor-parallel columns: each output row gathers from every chunk).
+  gen.py st OUT.safetensors --tensors N
+      a safetensors file of N small tensors, written directly (header + zero data)
+      without torch: for mount-time benchmarks.
+"""
+import argparse
+import json
+import os
+import socket
+import struct
+import sys
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _dcp_worker(rank, world, port, out, nt, rows, cols, shard, transposed=False):
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    g = torch.Generator().manual_seed(1000 + rank)
+    sd = {}
+    for i in range(nt):
+        shape = (rows // world, cols) if shard == 0 else (rows, cols // world)
+        if transposed:  # stored column-major: strides (1, rows), as a .t() view saves
+            local = torch.empty(shape[::-1]).uniform_(generator=g).t()
+        else:
+            local = torch.empty(shape).uniform_(generator=g)
+        sd[f"layers.{i}.weight"] = DTensor.from_local(local, mesh, [Shard(shard)],
+                                                      run_check=False, shape=(rows, cols),
+                                                      stride=(cols, 1))
+    dcp.save({"model": sd}, checkpoint_id=out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def make_dcp(out, gb, world=2, shard=0, cols=8192, transposed=False, rows=4096):
+    import torch.multiprocessing as mp
+    per = rows * cols * 4
+    nt = max(1, round(gb * 1e9 / per))
+    os.makedirs(out, exist_ok=True)
+    mp.start_processes(_dcp_worker, args=(world, _free_port(), out, nt, rows, cols, shard,
+                                                  transposed),
+                       nprocs=world, start_method="fork")
+    return nt * per
+
+
+def make_st(out, n, numel=16):
+    hdr = {"__metadata__": {"format": "pt"}}
+    nb = numel * 4
+    for i in range(n):
+        hdr[f"model.layers.{i // 16}.block.p{i % 16}.weight"] = {
+            "dtype": "F32", "shape": [numel], "data_offsets": [i * nb, (i + 1) * nb]}
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(out, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        f.truncate(8 + len(h) + n * nb)  # sparse zero data
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("dcp")
+    d.add_argument("out")
+    d.add_argument("--gb", type=float, required=True)
+    d.add_argument("--world", type=int, default=2)
+    d.add_argument("--shard", type=int, default=0, choices=(0, 1))
+    d.add_argument("--cols", type=int, default=8192)
+    d.add_argument("--transposed", action="store_true")
+    s = sub.add_parser("st")
+    s.add_argument("out")
+    s.add_argument("--tensors", type=int, required=True)
+    a = ap.parse_args()
+    if a.cmd == "dcp":
+        print(make_dcp(a.out, a.gb, a.world, a.shard, a.cols, a.transposed))
+    else:
+        make_st(a.out, a.tensors)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+/* test_cast.c - dtype conversions on hand-picked bit patterns (values taken
+ * from torch 2.15's Tensor.to on x86-64). */
+#include <stdint.h>
+#include <string.h>
+
+#include "assemble/cast.h"
+#include "harness.h"
+
+static uint16_t f32_to(enum us_dtype to, uint32_t bits)
+{
+	uint16_t out = 0;
+
+	us_cast(US_DT_F32, to, &bits, &out, 1);
+	return out;
+}
+
+static void test_f32_to_bf16(void)
+{
+	CHECK(f32_to(US_DT_BF16, 0x3f800000u) == 0x3f80);
+	CHECK(f32_to(US_DT_BF16, 0x3f808000u) == 0x3f80); /* tie to even */
+	CHECK(f32_to(US_DT_BF16, 0x3f818000u) == 0x3f82); /* tie to even */
+	CHECK(f32_to(US_DT_BF16, 0x3f800001u) == 0x3f80);
+	CHECK(f32_to(US_DT_BF16, 0x7f7fffffu) == 0x7f80); /* rounds to inf */
+	CHECK(f32_to(US_DT_BF16, 0x00000001u) == 0x0000);
+	CHECK((f32_to(US_DT_BF16, 0xffa00000u) & 0x7fc0) == 0x7fc0); /* NaN stays */
+}
+
+static void test_f32_to_f16(void)
+{
+	CHECK(f32_to(US_DT_F16, 0x477ff000u) == 0x7c00); /* 65520 -> inf */
+	CHECK(f32_to(US_DT_F16, 0x477fefffu) == 0x7bff);
+	CHECK(f32_to(US_DT_F16, 0x33800000u) == 0x0001); /* 2^-24 */
+	CHECK(f32_to(US_DT_F16, 0x33000000u) == 0x0000); /* 2^-25: tie to 0 */
+	CHECK(f32_to(US_DT_F16, 0x33000001u) == 0x0001);
+	CHECK(f32_to(US_DT_F16, 0x387fc000u) == 0x03ff); /* subnormal, exact */
+	CHECK(f32_to(US_DT_F16, 0x387ff000u) == 0x0400); /* tie: up to normal */
+	CHECK(f32_to(US_DT_F16, 0x80000000u) == 0x8000);
+	CHECK(f32_to(US_DT_F16, 0xffa00000u) == 0xff00); /* NaN payload kept */
+	CHECK(f32_to(US_DT_F16, 0x7f800000u) == 0x7c00);
+}
+
+static void test_widening(void)
+{
+	uint16_t h[4] = {0x0001, 0x8001, 0x3c00, 0x7c00};
+	uint32_t f[4];
+	double d = 1.0000000596046448; /* 1 + 2^-24: ties to 1.0 in f32 */
+	uint16_t b;
+
+	us_cast(US_DT_F16, US_DT_F32, h, f, 4);
+	CHECK(f[0] == 0x33800000u && f[1] == 0xb3800000u);
+	CHECK(f[2] == 0x3f800000u && f[3] == 0x7f800000u);
+	us_cast(US_DT_F64, US_DT_BF16, &d, &b, 1);
+	CHECK(b == 0x3f80);
+	CHECK(us_cast_supported(US_DT_F64, US_DT_F16));
+	CHECK(!us_cast_supported(US_DT_I32, US_DT_F16));
+	CHECK(!us_cast_supported(US_DT_F32, US_DT_F64));
+}
+
+int main(void)
+{
+	RUN(test_f32_to_bf16);
+	RUN(test_f32_to_f16);
+	RUN(test_widening);
+	TEST_MAIN_END();
+}
