@@ -4,18 +4,25 @@
  *
  * Everything that can refuse the checkpoint happens before the mount, so a
  * refusal leaves nothing mounted and exits 2 with one line on stderr.
+ * `inspect` and `export` share the same preparation and stop before FUSE.
  */
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <sys/vfs.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <syslog.h>
 #include <unistd.h>
 
 #include "assemble/assemble.h"
 #include "assemble/cuda.h"
+#include "export.h"
 #include "inspect.h"
+#include "msg.h"
 #include "ops.h"
 #include "opts.h"
 #include "source/source.h"
@@ -27,8 +34,8 @@
 struct mount_state {
 	struct us_statedict *sd;
 	int srcfd;
-	struct us_view *views[8];
-	size_t nviews;
+	struct us_view **views;  /* the root's rendered files */
+	size_t nviews, capviews;
 	struct us_view *raw;     /* tensors/: one raw view per tensor, one block */
 	struct us_pt_list pt;
 	struct us_tree tree;
@@ -46,25 +53,98 @@ static void mount_state_free(struct mount_state *m)
 	us_pt_free(&m->pt);
 	for (size_t i = 0; i < m->nviews; i++)
 		us_view_free(m->views[i]);
+	free(m->views);
 	us_view_raw_array_free(m->raw);
 	if (m->srcfd >= 0)
 		close(m->srcfd);
 	us_sd_free(m->sd);
 }
 
-/* The files at the mount root that render the state dict. */
-static enum us_status add_views(struct mount_state *m, struct us_err *err)
+/* Make room for @more views: the sharded view has one per shard. */
+static enum us_status views_reserve(struct mount_state *m, size_t more,
+				    struct us_err *err)
+{
+	void *p;
+
+	if (m->nviews + more <= m->capviews)
+		return US_OK;
+	p = realloc(m->views, (m->nviews + more) * sizeof(*m->views));
+	if (!p)
+		return us_err_set(err, US_E_NOMEM, ".", "out of memory");
+	m->views = p;
+	m->capviews = m->nviews + more;
+	return US_OK;
+}
+
+static enum us_status add_view(struct mount_state *m, struct us_view *v,
+			       struct us_err *err)
+{
+	if (views_reserve(m, 1, err) != US_OK) {
+		us_view_free(v);
+		return err->status;
+	}
+	m->views[m->nviews++] = v;
+	return US_OK;
+}
+
+/* model.safetensors, or its shards and index under --max-shard-size. */
+static enum us_status add_model_views(struct mount_state *m, uint64_t max_shard,
+				      struct us_err *err)
+{
+	struct us_view **v, *one;
+	size_t n;
+
+	if (!max_shard) {
+		US_TRY(us_view_safetensors_new(m->sd, &one, err));
+		return add_view(m, one, err);
+	}
+	US_TRY(us_view_safetensors_sharded(m->sd, max_shard, &v, &n, err));
+	if (views_reserve(m, n, err) != US_OK) {
+		for (size_t i = 0; i < n; i++)
+			us_view_free(v[i]);
+		free(v);
+		return err->status;
+	}
+	memcpy(m->views + m->nviews, v, n * sizeof(*v));
+	m->nviews += n;
+	free(v);
+	return US_OK;
+}
+
+/* The files at the mount root that render the state dict; export builds
+ * only the one view it writes. */
+static enum us_status add_views(struct mount_state *m, const struct us_opts *o,
+				struct us_err *err)
 {
 	const struct us_statedict *opt = m->sd->optim;
+	struct us_view *v;
+	bool bin_only = o->export_cmd && !strcmp(o->view, "bin");
 
-	US_TRY(us_view_safetensors_new(m->sd, &m->views[m->nviews++], err));
-	US_TRY(us_view_torch_new(m->sd, &m->views[m->nviews++], err));
-	if (opt && opt->ntensors)
+	if (!bin_only)
+		US_TRY(add_model_views(m, o->max_shard_size, err));
+	if (o->export_cmd && !bin_only)
+		return US_OK;
+	if (us_view_torch_new(m->sd, &v, err) == US_OK) {
+		US_TRY(add_view(m, v, err));
+	} else if (o->export_cmd || err->status != US_E_UNSUPPORTED) {
+		return err->status;
+	} else {
+		/* A dtype torch.save cannot express (F4, F6): the other views
+		 * still serve the checkpoint; say why this one is missing. */
+		us_msg(LOG_WARNING, "no pytorch_model.bin: %s", err->msg);
+	}
+	if (o->export_cmd)
+		return US_OK;
+	if (opt && opt->ntensors) {
 		US_TRY(us_view_safetensors_named(opt, "optimizer.safetensors",
-						 &m->views[m->nviews++], err));
-	if (m->sd->optim_json)
+						 &v, err));
+		US_TRY(add_view(m, v, err));
+	}
+	if (m->sd->optim_json) {
 		US_TRY(us_view_text_new("optimizer.json", m->sd->optim_json,
-					&m->views[m->nviews++], err));
+					&v, err));
+		US_TRY(add_view(m, v, err));
+	}
 	return US_OK;
 }
 
@@ -84,16 +164,24 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 	memset(m, 0, sizeof(*m));
 	m->srcfd = -1;
 	us_ties_mode_parse(o->ties, &so.ties); /* validated by us_opts_parse */
+	so.cast = strcmp(o->dtype, "keep") != 0;
+	so.cast_to = !strcmp(o->dtype, "bf16") ? US_DT_BF16 :
+		     !strcmp(o->dtype, "f16") ? US_DT_F16 : US_DT_F32;
 	if (us_source_open(o->source, &so, &m->sd, &m->srcfd, &err) != US_OK)
 		return refuse(&err);
 	if (o->inspect)
 		return 0;
+	/* auto stays on the CPU until a benchmark shows the device faster. */
+	us_assemble_set_device(!strncmp(o->device, "cuda", 4) ?
+			       (o->device[4] == ':' ? atoi(o->device + 5) : 0) : -1);
 	if (us_assemble_init(o->cache_size) < 0) {
 		us_err_set(&err, US_E_NOMEM, ".", "out of memory");
 		return refuse(&err);
 	}
-	if (add_views(m, &err) != US_OK)
+	if (add_views(m, o, &err) != US_OK)
 		return refuse(&err);
+	if (o->export_cmd)
+		return 0;
 	if (us_view_raw_array_new(m->sd, &m->raw, &err) != US_OK)
 		return refuse(&err);
 	if (m->srcfd >= 0 && us_pt_scan(m->srcfd, m->sd, &m->pt, &err) != US_OK)
@@ -108,6 +196,22 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 	return 0;
 }
 
+/* Is @mnt the root of a mounted FUSE filesystem?  Mounting again there
+ * would stack silently on a live (or dead, after kill -9) mount. */
+static bool is_fuse_mount(const char *mnt)
+{
+	struct statfs sf;
+	struct stat st, up;
+	char parent[PATH_MAX];
+
+	if (statfs(mnt, &sf) < 0 || sf.f_type != 0x65735546 /* FUSE */)
+		return false;
+	if (snprintf(parent, sizeof(parent), "%s/..", mnt) >= (int)sizeof(parent) ||
+	    stat(mnt, &st) < 0 || stat(parent, &up) < 0)
+		return true; /* inside FUSE and cannot tell: still not ours to stack */
+	return st.st_dev != up.st_dev || st.st_ino == up.st_ino;
+}
+
 static int check_mountpoint(const char *mnt)
 {
 	struct stat st;
@@ -120,6 +224,12 @@ static int check_mountpoint(const char *mnt)
 	if (!S_ISDIR(st.st_mode)) {
 		fprintf(stderr, "unshardfs: %s: mountpoint is not a directory\n",
 			mnt);
+		return EXIT_USAGE;
+	}
+	if (is_fuse_mount(mnt)) {
+		fprintf(stderr, "unshardfs: %s: mountpoint is busy: a FUSE "
+			"filesystem is already mounted there (fusermount3 -u %s)\n",
+			mnt, mnt);
 		return EXIT_USAGE;
 	}
 	return 0;
@@ -169,6 +279,7 @@ static int serve(const struct us_opts *o, struct mount_state *m)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *cfg = NULL;
 	struct fuse_session *se;
+	char *absmnt = realpath(o->mountpoint, NULL); /* before it is mounted */
 	int rc = EXIT_USAGE;
 
 	fuse_opt_add_arg(&args, "unshardfs");
@@ -183,13 +294,26 @@ static int serve(const struct us_opts *o, struct mount_state *m)
 			"permission to use /dev/fuse?)\n", o->mountpoint);
 		goto out_signals;
 	}
+	if (absmnt)
+		us_raise_read_ahead(absmnt, US_READ_AHEAD_KB);
 	fuse_daemonize(o->foreground);
+	if (!o->foreground) {
+		us_msg_use_syslog(); /* stderr is /dev/null from here on */
+		us_msg(LOG_INFO, "serving %s at %s", o->source,
+		       absmnt ? absmnt : o->mountpoint);
+	}
 	cfg = fuse_loop_cfg_create();
 	if (!cfg)
 		goto out_unmount;
 	fuse_loop_cfg_set_clone_fd(cfg, 0);
 	fuse_loop_cfg_set_idle_threads(cfg, 16);
-	rc = fuse_session_loop_mt(se, cfg) == 0 ? 0 : EXIT_REFUSED;
+	rc = fuse_session_loop_mt(se, cfg);
+	/* libfuse reports the signal that ended the loop: SIGTERM, SIGINT and
+	 * SIGHUP are the clean way to unmount, not a failure. */
+	rc = rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP ? 0
+								      : EXIT_REFUSED;
+	if (rc != 0)
+		us_msg(LOG_ERR, "%s: the FUSE session failed", o->mountpoint);
 	fuse_loop_cfg_destroy(cfg);
 out_unmount:
 	fuse_session_unmount(se);
@@ -199,6 +323,7 @@ out_session:
 	fuse_session_destroy(se);
 out_args:
 	fuse_opt_free_args(&args);
+	free(absmnt);
 	return rc;
 }
 
@@ -226,11 +351,14 @@ int main(int argc, char **argv)
 	}
 	if (check_device(o.device) != 0)
 		return EXIT_USAGE;
-	if (!o.inspect && (rc = check_mountpoint(o.mountpoint)) != 0)
+	if (!o.inspect && !o.export_cmd &&
+	    (rc = check_mountpoint(o.mountpoint)) != 0)
 		return rc;
 	rc = prepare(&o, &m);
 	if (rc == 0 && o.inspect)
 		rc = us_inspect_print(m.sd, o.json, stdout) < 0 ? EXIT_REFUSED : 0;
+	else if (rc == 0 && o.export_cmd)
+		rc = us_export(&o, m.views, m.nviews);
 	else if (rc == 0)
 		rc = serve(&o, &m);
 	mount_state_free(&m);

@@ -13,32 +13,57 @@ void us_opts_usage(FILE *out)
 {
 	fputs(
 "usage: unshardfs [OPTIONS] SOURCE MOUNTPOINT\n"
-"       unshardfs inspect [--json] SOURCE\n"
+"       unshardfs inspect [--json] [OPTIONS] SOURCE\n"
+"       unshardfs export [OPTIONS] SOURCE OUT\n"
 "\n"
 "Mount a sharded training checkpoint SOURCE read-only at MOUNTPOINT as one\n"
-"consolidated state dict (model.safetensors), with the checkpoint's other\n"
-"files passed through.  Unmount with: fusermount3 -u MOUNTPOINT\n"
+"consolidated state dict (model.safetensors, pytorch_model.bin, tensors/),\n"
+"with the checkpoint's other files passed through.  Unmount with:\n"
+"fusermount3 -u MOUNTPOINT.  inspect prints the resolved tensor table;\n"
+"export writes a view to OUT without FUSE (a file, '-' for stdout, or a\n"
+"directory: the view's own file name(s) in it; with --max-shard-size OUT is\n"
+"always a directory).\n"
 "\n"
-"options:\n"
+"general options:\n"
 "    -h, --help             print this help and exit\n"
 "    -V, --version          print the version and exit\n"
-"    -f                     stay in the foreground (default: daemonize)\n"
+"    -q                     no progress messages (default: progress on a\n"
+"                           terminal)\n"
+"\n"
+"mount options:\n"
+"    -f                     stay in the foreground (default: daemonize and\n"
+"                           log to syslog)\n"
 "    -d                     FUSE debug output (implies -f)\n"
-"    -q                     no progress messages\n"
 "    -o OPT[,OPT...]        FUSE/mount options (e.g. allow_other); the mount\n"
-"                           is always read-only\n"
-"    --format=FMT           auto|safetensors|torch|dcp|deepspeed (default: auto;\n"
-"                           this version reads safetensors)\n"
+"                           is always read-only: rw is ignored, and so are\n"
+"                           mount(8)-only options (defaults, auto, noauto,\n"
+"                           user, users, nofail, _netdev, x-*, comment=*);\n"
+"                           -o NAME=VALUE sets the option --NAME=VALUE below\n"
+"                           ('_' for '-'; fstab's way to pass them)\n"
+"\n"
+"checkpoint options (mount, inspect and export):\n"
+"    --format=FMT           auto|safetensors|torch|dcp|deepspeed (default: auto)\n"
 "    --no-unwrap            keep source names exactly (default: unwrap)\n"
-"    --strip-prefix=P       remove P from the start of every name (repeatable)\n"
-"    --dtype=T              keep|bf16|f16|f32 (default: keep; only keep so far)\n"
+"    --strip-prefix=P       remove P from the start of every name (repeatable;\n"
+"                           default: none)\n"
+"    --dtype=T              keep|bf16|f16|f32: cast floating tensors in every\n"
+"                           view, as torch's .to() does (default: keep)\n"
 "    --device=D             auto|cpu|cuda[:N] (default: auto)\n"
 "    --cache-size=BYTES     bound on cached assembled data, K/M/G suffixes\n"
 "                           (default: 256M)\n"
 "    --ties=MODE            auto|declared|off (default: auto)\n"
+"    --max-shard-size=SIZE  serve model-0000K-of-0000N.safetensors and\n"
+"                           model.safetensors.index.json, shards of at most\n"
+"                           SIZE bytes (K/M/G; a bigger tensor gets its own\n"
+"                           shard) instead of model.safetensors (default: off)\n"
 "\n"
-"exit status: 0 mounted (or inspect done), 1 usage error, 2 the checkpoint\n"
-"cannot be served (one line on stderr: unshardfs: <file>: <problem>)\n",
+"export options:\n"
+"    --view=V               safetensors|bin: model.safetensors (or its shards)\n"
+"                           or pytorch_model.bin (default: safetensors)\n"
+"\n"
+"exit status: 0 mounted (or inspect/export done), 1 usage error, 2 the\n"
+"checkpoint cannot be served or written (one line on stderr:\n"
+"unshardfs: <file>: <problem>)\n",
 	      out);
 }
 
@@ -105,6 +130,7 @@ static int parse_long(struct us_opts *o, const char *a)
 					      "dcp", "deepspeed", NULL};
 	static const char *const dtypes[] = {"keep", "bf16", "f16", "f32", NULL};
 	static const char *const ties[] = {"auto", "declared", "off", NULL};
+	static const char *const views[] = {"safetensors", "bin", NULL};
 	const char *v = strchr(a, '=');
 
 	if (!strcmp(a, "--no-unwrap"))
@@ -124,6 +150,12 @@ static int parse_long(struct us_opts *o, const char *a)
 	if (!strncmp(a, "--device=", 9))
 		return is_device(v) ? (o->device = v, 1)
 			: usage_error("unknown --device '%s'", v);
+	if (!strncmp(a, "--view=", 7) && o->export_cmd)
+		return one_of(v, views) ? (o->view = v, 1)
+			: usage_error("unknown --view '%s'", v);
+	if (!strncmp(a, "--max-shard-size=", 17))
+		return parse_size(v, &o->max_shard_size) && o->max_shard_size
+			? 1 : usage_error("bad --max-shard-size '%s'", v);
 	if (!strncmp(a, "--cache-size=", 13))
 		return parse_size(v, &o->cache_size) ? 1
 			: usage_error("bad --cache-size '%s'", v);
@@ -136,20 +168,103 @@ static int parse_long(struct us_opts *o, const char *a)
 	return 0;
 }
 
+/* Options only mount(8), mount.fuse3 or systemd act on (fstab's fourth
+ * field); libfuse would refuse them as unknown.  rw: the mount is read-only. */
+static bool mount_only(const char *opt)
+{
+	static const char *const names[] = {"defaults", "auto", "noauto",
+		"user", "nouser", "users", "owner", "group", "nofail", "_netdev",
+		"rw", "ro", NULL};
+
+	return one_of(opt, names) || !strncmp(opt, "x-", 2) ||
+	       !strncmp(opt, "comment=", 8);
+}
+
+/* Copy @s (@n bytes) and a NUL into o->store; NULL when it is full. */
+static char *store(struct us_opts *o, const char *prefix, const char *s,
+		   size_t n)
+{
+	size_t plen = strlen(prefix);
+	char *p = o->store + o->nstore;
+
+	if (o->nstore + plen + n + 1 > sizeof(o->store))
+		return NULL;
+	memcpy(p, prefix, plen);
+	memcpy(p + plen, s, n);
+	p[plen + n] = '\0';
+	o->nstore += plen + n + 1;
+	return p;
+}
+
+/* -o NAME[=VALUE] naming one of our long options: 1 handled, 0 not ours,
+ * -1 a usage error. */
+static int unshardfs_opt(struct us_opts *o, const char *item)
+{
+	char *opt = store(o, "--", item, strlen(item));
+	int rc;
+
+	if (!opt)
+		return usage_error("%s options too long", "-o");
+	for (char *p = opt + 2; *p && *p != '='; p++)
+		if (*p == '_')
+			*p = '-';
+	if (!strcmp(opt, "--view") || !strncmp(opt, "--view=", 7))
+		rc = 0; /* export only */
+	else
+		rc = parse_long(o, opt);
+	if (rc == 0)
+		o->nstore -= strlen(opt) + 1; /* not ours: give it back */
+	return rc;
+}
+
+static int add_one_fuse_opt(struct us_opts *o, const char *item, size_t n)
+{
+	char *opt = store(o, "", item, n);
+	int rc;
+
+	if (!opt)
+		return usage_error("%s options too long", "-o");
+	if (!*opt || mount_only(opt))
+		return 0;
+	rc = unshardfs_opt(o, opt);
+	if (rc != 0)
+		return rc < 0 ? -1 : 0;
+	if (o->nfuse_opts == US_MAX_FUSE_OPTS)
+		return usage_error("too many %s options", "-o");
+	o->fuse_opts[o->nfuse_opts++] = opt;
+	return 0;
+}
+
+/* Split one -o argument on commas (libfuse's "\,"-escapes are not split). */
 static int add_fuse_opt(struct us_opts *o, const char *v)
 {
+	const char *p;
+
 	if (!v)
 		return usage_error("%s needs an argument", "-o");
-	if (o->nfuse_opts == sizeof(o->fuse_opts) / sizeof(o->fuse_opts[0]))
-		return usage_error("too many %s options", "-o");
-	o->fuse_opts[o->nfuse_opts++] = v;
-	return 0;
+	if (o->export_cmd)
+		return usage_error("%s is a mount option", "-o");
+	for (p = v; ; p++) {
+		if (*p == '\\' && p[1]) {
+			p++;
+			continue;
+		}
+		if (*p != ',' && *p)
+			continue;
+		if (add_one_fuse_opt(o, v, (size_t)(p - v)) < 0)
+			return -1;
+		if (!*p)
+			return 0;
+		v = p + 1;
+	}
 }
 
 static int parse_short(struct us_opts *o, int argc, char **argv, int *i)
 {
 	const char *a = argv[*i];
 
+	if ((!strcmp(a, "-f") || !strcmp(a, "-d")) && o->export_cmd)
+		return usage_error("%s is a mount option", a);
 	if (!strcmp(a, "-f"))
 		return o->foreground = true, 0;
 	if (!strcmp(a, "-d"))
@@ -176,15 +291,8 @@ static void set_defaults(struct us_opts *o)
 	o->dtype = "keep";
 	o->device = "auto";
 	o->ties = "auto";
+	o->view = "safetensors";
 	o->cache_size = DEFAULT_CACHE_SIZE;
-}
-
-/* Options this version parses but cannot honour yet are refused, not ignored. */
-static int check_implemented(const struct us_opts *o)
-{
-	if (strcmp(o->dtype, "keep") != 0)
-		return usage_error("--dtype=%s is not implemented yet", o->dtype);
-	return 0;
 }
 
 int us_opts_parse(struct us_opts *o, int argc, char **argv)
@@ -194,6 +302,9 @@ int us_opts_parse(struct us_opts *o, int argc, char **argv)
 	set_defaults(o);
 	if (argc > 1 && !strcmp(argv[1], "inspect")) {
 		o->inspect = true;
+		i = 2;
+	} else if (argc > 1 && !strcmp(argv[1], "export")) {
+		o->export_cmd = true;
 		i = 2;
 	}
 	for (; i < argc; i++) {
@@ -207,17 +318,24 @@ int us_opts_parse(struct us_opts *o, int argc, char **argv)
 				return -1;
 		} else if (!o->source) {
 			o->source = a;
-		} else if (!o->mountpoint && !o->inspect) {
+		} else if (!o->mountpoint && !o->inspect && !o->export_cmd) {
 			o->mountpoint = a;
+		} else if (!o->out && o->export_cmd) {
+			o->out = a;
 		} else {
 			return usage_error("unexpected argument '%s'", a);
 		}
 	}
 	if (o->help || o->version)
 		return 0;
-	if (!o->source || (!o->inspect && !o->mountpoint))
-		return usage_error("%s", o->inspect ?
-				   "usage: unshardfs inspect [--json] SOURCE" :
-				   "usage: unshardfs [OPTIONS] SOURCE MOUNTPOINT");
-	return check_implemented(o);
+	if (o->inspect && !o->source)
+		return usage_error("usage: unshardfs inspect [--json] SOURCE");
+	if (o->export_cmd && (!o->source || !o->out))
+		return usage_error("usage: unshardfs export [OPTIONS] SOURCE OUT");
+	if (!o->inspect && !o->export_cmd && (!o->source || !o->mountpoint))
+		return usage_error("usage: unshardfs [OPTIONS] SOURCE MOUNTPOINT");
+	if (o->max_shard_size && strcmp(o->view, "safetensors") != 0)
+		return usage_error("--max-shard-size shards the safetensors view, "
+				   "not --view=%s", o->view);
+	return 0;
 }

@@ -3,6 +3,7 @@
  *
  *   unshardfs [OPTIONS] SOURCE MOUNTPOINT
  *   unshardfs inspect [--json] SOURCE
+ *   unshardfs export [OPTIONS] SOURCE OUT
  */
 #ifndef US_OPTS_H
 #define US_OPTS_H
@@ -13,17 +14,33 @@
 #include <stdio.h>
 
 #define US_MAX_STRIP 16
+#define US_MAX_FUSE_OPTS 64
+#define US_OPT_STORE 8192
+
+/*
+ * -o options that only mount(8), mount.fuse3 or systemd read (fstab's
+ * defaults, noauto, nofail, _netdev, x-systemd.*, ...) are dropped, and rw
+ * is dropped because the mount is always read-only; an unshardfs option may
+ * be given as -o NAME=VALUE (format=dcp, max_shard_size=2G, no_unwrap, ...),
+ * the only way an fstab line can pass one.  Everything else goes to FUSE.
+ */
 
 struct us_opts {
 	bool inspect;      /* the inspect subcommand */
+	bool export_cmd;   /* the export subcommand */
 	bool json;         /* inspect --json */
 	bool foreground;   /* -f */
 	bool debug;        /* -d */
 	bool quiet;        /* -q */
 	bool help, version;
 	const char *source, *mountpoint;
-	const char *fuse_opts[64]; /* each -o argument, in order */
+	const char *out;           /* export: a file, a directory or "-" */
+	const char *view;          /* export: safetensors|bin */
+	uint64_t max_shard_size;   /* 0: one model.safetensors */
+	const char *fuse_opts[US_MAX_FUSE_OPTS]; /* one FUSE option each */
 	size_t nfuse_opts;
+	char store[US_OPT_STORE];  /* split -o items point in here */
+	size_t nstore;
 	const char *format;        /* auto|safetensors|torch|dcp|deepspeed */
 	bool no_unwrap;
 	const char *strip_prefix[US_MAX_STRIP];

@@ -20,6 +20,7 @@
 #include "../codec/jsonw.h"
 
 struct st_view {
+	char *name;     /* v->name: a copy, since shard names are built */
 	char *header;   /* the first data_start bytes of the file */
 	uint64_t data_start;
 	size_t n;
@@ -29,7 +30,7 @@ struct st_view {
 	size_t ndropped;
 };
 
-static int cmp_writer_order(const void *a, const void *b)
+int us_tensor_cmp_writer_order(const void *a, const void *b)
 {
 	const struct us_tensor *x = *(const struct us_tensor *const *)a;
 	const struct us_tensor *y = *(const struct us_tensor *const *)b;
@@ -174,6 +175,7 @@ static void st_view_destroy(struct us_view *v)
 
 	if (!sv)
 		return;
+	free(sv->name);
 	free(sv->header);
 	free(sv->order);
 	free(sv->begin);
@@ -193,10 +195,14 @@ enum us_status us_view_safetensors_new(const struct us_statedict *sd,
 	return us_view_safetensors_named(sd, "model.safetensors", out, err);
 }
 
-enum us_status us_view_safetensors_named(const struct us_statedict *sd,
-					 const char *name,
-					 struct us_view **out,
-					 struct us_err *err)
+enum us_status us_view_safetensors_subset(const struct us_statedict *sd,
+					  const char *name,
+					  const struct us_tensor *const *keep,
+					  size_t nkeep,
+					  const struct us_tensor *const *dropped,
+					  size_t ndropped,
+					  struct us_view **out,
+					  struct us_err *err)
 {
 	struct us_view *v = calloc(1, sizeof(*v));
 	struct st_view *sv = calloc(1, sizeof(*sv));
@@ -204,23 +210,25 @@ enum us_status us_view_safetensors_named(const struct us_statedict *sd,
 
 	if (!v || !sv)
 		goto nomem;
-	v->name = name;
 	v->ops = &st_view_ops;
 	v->sd = sd;
 	v->priv = sv;
-	sv->order = calloc(sd->ntensors + 1, sizeof(*sv->order));
-	sv->begin = calloc(sd->ntensors + 1, sizeof(*sv->begin));
-	sv->dropped = calloc(sd->ntensors + 1, sizeof(*sv->dropped));
-	if (!sv->order || !sv->begin || !sv->dropped)
+	sv->name = strdup(name);
+	sv->order = calloc(nkeep + 1, sizeof(*sv->order));
+	sv->begin = calloc(nkeep + 1, sizeof(*sv->begin));
+	sv->dropped = calloc(ndropped + 1, sizeof(*sv->dropped));
+	if (!sv->name || !sv->order || !sv->begin || !sv->dropped)
 		goto nomem;
-	for (size_t i = 0; i < sd->ntensors; i++) {
-		if (sd->tensors[i].tie_of)
-			sv->dropped[sv->ndropped++] = &sd->tensors[i];
-		else
-			sv->order[sv->n++] = &sd->tensors[i];
-	}
+	v->name = sv->name;
+	sv->n = nkeep;
+	sv->ndropped = ndropped;
+	if (nkeep)
+		memcpy(sv->order, keep, nkeep * sizeof(*keep));
+	if (ndropped)
+		memcpy(sv->dropped, dropped, ndropped * sizeof(*dropped));
 	if (sv->n > 1)
-		qsort(sv->order, sv->n, sizeof(*sv->order), cmp_writer_order);
+		qsort(sv->order, sv->n, sizeof(*sv->order),
+		      us_tensor_cmp_writer_order);
 	if (sv->ndropped > 1)
 		qsort(sv->dropped, sv->ndropped, sizeof(*sv->dropped), cmp_dropped);
 	if (build_header(sv, &data_len) != US_OK)
@@ -234,4 +242,33 @@ nomem:
 	else
 		free(sv);
 	return us_err_set(err, US_E_NOMEM, name, "out of memory");
+}
+
+enum us_status us_view_safetensors_named(const struct us_statedict *sd,
+					 const char *name,
+					 struct us_view **out,
+					 struct us_err *err)
+{
+	const struct us_tensor **keep = calloc(sd->ntensors + 1, sizeof(*keep));
+	const struct us_tensor **dropped = calloc(sd->ntensors + 1,
+						  sizeof(*dropped));
+	size_t nkeep = 0, ndropped = 0;
+	enum us_status rc;
+
+	if (!keep || !dropped) {
+		free(keep);
+		free(dropped);
+		return us_err_set(err, US_E_NOMEM, name, "out of memory");
+	}
+	for (size_t i = 0; i < sd->ntensors; i++) {
+		if (sd->tensors[i].tie_of)
+			dropped[ndropped++] = &sd->tensors[i];
+		else
+			keep[nkeep++] = &sd->tensors[i];
+	}
+	rc = us_view_safetensors_subset(sd, name, keep, nkeep, dropped, ndropped,
+					out, err);
+	free(keep);
+	free(dropped);
+	return rc;
 }

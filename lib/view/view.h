@@ -50,6 +50,42 @@ enum us_status us_view_safetensors_named(const struct us_statedict *sd,
 					 struct us_view **out,
 					 struct us_err *err);
 
+/*
+ * us_view_safetensors_subset - a safetensors file of the tensors @keep
+ * (sorted here into writer order) that records each of @dropped as
+ * "<dropped>": "<tie_of>" in __metadata__.  @name is copied.  Used by the
+ * sharded view, whose shards each hold a part of the state dict.
+ */
+enum us_status us_view_safetensors_subset(const struct us_statedict *sd,
+					  const char *name,
+					  const struct us_tensor *const *keep,
+					  size_t nkeep,
+					  const struct us_tensor *const *dropped,
+					  size_t ndropped,
+					  struct us_view **out,
+					  struct us_err *err);
+/* qsort comparator of struct us_tensor pointers in the safetensors writer's
+ * order: dtype order descending (dtype.h), then name by bytes. */
+int us_tensor_cmp_writer_order(const void *a, const void *b);
+
+/*
+ * us_view_safetensors_sharded - the state dict as transformers'
+ * save_pretrained(max_shard_size=@max_shard) lays it out (view/sharded.c):
+ * model-0000K-of-0000N.safetensors files and model.safetensors.index.json
+ * ({"metadata": {"total_size": N}, "weight_map": {name: shard}}), or one
+ * model.safetensors when everything fits one shard, as save_pretrained does.
+ * Stored tensors are taken in writer order and packed greedily; a tensor
+ * larger than @max_shard gets a shard of its own.  A dropped tied name is
+ * recorded in the __metadata__ of the shard that holds its kept name and is
+ * not in weight_map (transformers re-ties from config.json).
+ * *@out receives a malloc'd array of *@nout views: the shards, then the
+ * index; free each with us_view_free, then the array.
+ */
+enum us_status us_view_safetensors_sharded(const struct us_statedict *sd,
+					   uint64_t max_shard,
+					   struct us_view ***out, size_t *nout,
+					   struct us_err *err);
+
 /* A file whose bytes are @text, copied at mount (optimizer.json). */
 enum us_status us_view_text_new(const char *name, const char *text,
 				struct us_view **out, struct us_err *err);

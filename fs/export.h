@@ -1,0 +1,32 @@
+/*
+ * export.h - `unshardfs export`: the views a mount would serve, written to
+ * disk without FUSE.
+ *
+ * The bytes are the mount's bytes: the same views (lib/view) read through
+ * the same us_view_read, in fixed pieces (EXPORT_PIECE), so memory stays at
+ * one piece plus --cache-size however big the checkpoint is.  Each file is
+ * written to "<final>.tmp.<pid>", fsync'd, and renamed only when every file
+ * of the set is complete (the sharded set's index last), so a reader never
+ * sees a partial file under the final name; a failure, SIGINT, SIGTERM or
+ * SIGHUP removes the temporaries.
+ */
+#ifndef US_EXPORT_H
+#define US_EXPORT_H
+
+#include <stddef.h>
+
+#include "opts.h"
+#include "view/view.h"
+
+/*
+ * us_export - write @views (@n of them, in order) to o->out: "-" is stdout
+ * (one view only); a directory (always, with --max-shard-size, made if
+ * missing) gets each view under its own name; anything else is the one
+ * view's file.  Progress on stderr when it is a terminal and not -q.
+ * Returns the exit status: 0, 1 (usage: OUT cannot take this view set)
+ * or 2 (a read or write failed; one line on stderr).  After a caught
+ * signal it cleans up and dies of that signal.
+ */
+int us_export(const struct us_opts *o, struct us_view *const *views, size_t n);
+
+#endif /* US_EXPORT_H */

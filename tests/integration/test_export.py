@@ -1,0 +1,185 @@
+"""`unshardfs export`: the mounted views written to disk without FUSE.
+
+The contract is byte identity with the mount (the same views, read the same way), atomic
+output (a temporary renamed when complete, removed on failure or a signal), and the exit
+statuses of the mount: 0 done, 1 usage, 2 the checkpoint cannot be served or written.
+Also here: two mounts of one source at once (the multi-node pattern of docs/troubleshooting.md).
+"""
+import filecmp
+import glob
+import os
+import pty
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import FIXTURES, SOURCES, mount, require_binary, run_cli
+
+TORCH = os.path.join(FIXTURES, "torch")
+EXPORT_SOURCES = dict(SOURCES, **{
+    "llama_fsdp2": os.path.join(TORCH, "llama_fsdp2"),
+    "fsdp2_3rank": os.path.join(TORCH, "fsdp2_3rank"),
+    "ddp_compile": os.path.join(TORCH, "ddp_compile.pt"),
+    "bin_sharded": os.path.join(TORCH, "bin_sharded"),
+    "zstd": os.path.join(TORCH, "zstd"),
+})
+
+
+def leftovers(d):
+    return [p for p in os.listdir(d) if ".tmp." in p]
+
+
+@pytest.mark.parametrize("name", sorted(EXPORT_SOURCES))
+def test_export_matches_mount(name, tmp_path):
+    src = EXPORT_SOURCES[name]
+    st, binf = tmp_path / "model.safetensors", tmp_path / "model.bin"
+    r = run_cli("export", src, str(st))
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    r = run_cli("export", "--view=bin", src, str(binf))
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    with mount(src) as mnt:
+        assert filecmp.cmp(os.path.join(mnt, "model.safetensors"), st, shallow=False)
+        assert filecmp.cmp(os.path.join(mnt, "pytorch_model.bin"), binf, shallow=False)
+    assert leftovers(tmp_path) == []
+
+
+def test_export_sharded_matches_sharded_mount(tmp_path):
+    src = os.path.join(TORCH, "llama_fsdp2")
+    out = tmp_path / "out"
+    r = run_cli("export", "--max-shard-size=64K", src, str(out))
+    assert r.returncode == 0, r.stderr
+    names = sorted(os.listdir(out))
+    assert "model.safetensors.index.json" in names and len(names) > 2
+    with mount(src, "--max-shard-size=64K") as mnt:
+        for n in names:
+            assert filecmp.cmp(os.path.join(mnt, n), out / n, shallow=False), n
+
+
+def test_export_into_existing_directory_and_stdout(tmp_path):
+    src = SOURCES["sample"]
+    r = run_cli("export", "--view=bin", src, str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert os.listdir(tmp_path) == ["pytorch_model.bin"]
+    binary = require_binary()
+    piped = subprocess.run([binary, "export", src, "-"], capture_output=True, timeout=30)
+    assert piped.returncode == 0, piped.stderr
+    with mount(src) as mnt:
+        with open(os.path.join(mnt, "model.safetensors"), "rb") as f:
+            assert piped.stdout == f.read()
+
+
+def test_export_exit_statuses(tmp_path):
+    src = SOURCES["sample"]
+    # usage errors: 1
+    for argv in (["export", src], ["export", "--view=gguf", src, str(tmp_path / "x")],
+                 ["export", "--dtype=int4", src, str(tmp_path / "x")],
+                 ["export", "-f", src, str(tmp_path / "x")],
+                 ["export", "--max-shard-size=1M", src, "-"],
+                 ["export", "--max-shard-size=1M", "--view=bin", src, str(tmp_path / "x")],
+                 ["export", "--max-shard-size=0", src, str(tmp_path / "x")]):
+        r = run_cli(*argv)
+        assert r.returncode == 1, (argv, r.stderr)
+        assert r.stderr.startswith("unshardfs: "), r.stderr
+    # a cast export works and is the cast view
+    r = run_cli("export", "--dtype=bf16", src, str(tmp_path / "bf16.safetensors"))
+    assert r.returncode == 0, r.stderr
+    with open(tmp_path / "bf16.safetensors", "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        assert b'"dtype":"BF16"' in f.read(n)
+    os.unlink(tmp_path / "bf16.safetensors")
+    # the checkpoint cannot be served: 2, one line
+    r = run_cli("export", str(tmp_path / "missing"), str(tmp_path / "x"))
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+    # OUT cannot be written: 2, and nothing left behind
+    r = run_cli("export", src, str(tmp_path / "no" / "such" / "dir" / "m.safetensors"))
+    assert r.returncode == 2 and r.stderr.startswith("unshardfs: "), r.stderr
+    assert leftovers(tmp_path) == [] and not os.path.exists(tmp_path / "x")
+
+
+def test_export_failure_removes_temp(tmp_path):
+    """A write that fails (a full disk, simulated with RLIMIT_FSIZE) leaves no temp."""
+    import resource
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, 50_000))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of death
+
+    out = tmp_path / "m.safetensors"
+    p = subprocess.run([require_binary(), "export", SOURCES["sample"], str(out)],
+                       capture_output=True, text=True, preexec_fn=small_files, timeout=30)
+    assert p.returncode == 2, p.stderr
+    assert "File too large" in p.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_export_sigint_removes_temp(tmp_path):
+    """SIGINT mid-write: the temporary is removed and the process dies of SIGINT."""
+    strace = shutil.which("strace")
+    if not strace:
+        pytest.skip("strace is needed to slow the writes down")
+    out = tmp_path / "m.safetensors"
+    # every write(2) takes 0.2 s: the export is still running when SIGINT comes
+    proc = subprocess.Popen([strace, "-f", "-qq", "-o", "/dev/null",
+                             "-e", "inject=write:delay_exit=200000",
+                             require_binary(), "export", "--max-shard-size=64K",
+                             os.path.join(TORCH, "llama_fsdp2"), str(out)],
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while not glob.glob(str(out / "*.tmp.*")):
+        assert proc.poll() is None and time.monotonic() < deadline, "export never started"
+        time.sleep(0.01)
+    pid = int(glob.glob(str(out / "*.tmp.*"))[0].rsplit(".", 1)[1])
+    os.kill(pid, signal.SIGINT)
+    proc.wait(timeout=30)
+    assert leftovers(out) == [], os.listdir(out)
+    assert not os.path.exists(out / "model.safetensors.index.json")
+
+
+def test_export_progress_only_on_a_terminal(tmp_path):
+    src = os.path.join(TORCH, "llama_fsdp2")
+    r = run_cli("export", src, str(tmp_path / "a"))
+    assert r.returncode == 0 and r.stderr == ""
+
+    def on_tty(*extra):
+        master, slave = pty.openpty()
+        p = subprocess.Popen([require_binary(), "export", *extra, src,
+                              str(tmp_path / ("b" + str(len(extra))))],
+                             stderr=slave, stdout=subprocess.DEVNULL)
+        os.close(slave)
+        chunks = []
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        os.close(master)
+        assert p.wait(timeout=30) == 0
+        return b"".join(chunks).decode(errors="replace")
+
+    shown = on_tty()
+    assert "100%" in shown and "ETA" in shown and "/s" in shown, shown
+    assert on_tty("-q") == ""
+
+
+def test_two_mounts_of_one_source_are_independent():
+    """The multi-node pattern: every node mounts the same (shared) checkpoint itself."""
+    src = os.path.join(TORCH, "llama_fsdp2")
+    with mount(src) as a, mount(src, "--max-shard-size=64K") as b:
+        assert os.path.exists(os.path.join(a, "model.safetensors"))
+        assert os.path.exists(os.path.join(b, "model.safetensors.index.json"))
+        with open(os.path.join(a, "pytorch_model.bin"), "rb") as f:
+            bin_a = f.read()
+        with mount(src) as c:
+            with open(os.path.join(c, "pytorch_model.bin"), "rb") as f:
+                assert f.read() == bin_a
+        # c is gone; a and b still serve
+        with open(os.path.join(a, "model.safetensors"), "rb") as f:
+            whole = f.read()
+        assert len(whole) == os.path.getsize(os.path.join(a, "model.safetensors"))
+        assert os.listdir(b)
