@@ -166,29 +166,6 @@ static bool all_equal(const unsigned char *buf, uint64_t len,
 	return true;
 }
 
-/* 1: every element equal; 0: not; <0: read error. */
-static int is_constant(struct prover *p, const struct us_tensor *t)
-{
-	unsigned isz = us_dtype_bits(t->dtype) / 8;
-	unsigned char first[16];
-	uint64_t off;
-	int rc;
-
-	if (t->numel <= 1)
-		return 1;
-	if ((rc = read_block(p, t, first, isz, 0)) < 0)
-		return rc;
-	for (off = 0; off < t->nbytes; off += PROOF_BUF) {
-		uint64_t n = t->nbytes - off < PROOF_BUF ? t->nbytes - off : PROOF_BUF;
-
-		if ((rc = read_block(p, t, p->a, n, off)) < 0)
-			return rc;
-		if (!all_equal(p->a, n, first, isz))
-			return 0;
-	}
-	return 1;
-}
-
 /* 1: same bytes; 0: differ; <0: read error. */
 static int same_bytes(struct prover *p, const struct us_tensor *x,
 		      const struct us_tensor *y)
@@ -221,7 +198,13 @@ static int cmp_cand(const void *x, const void *y)
 
 #define PREFIX 4096u
 
-/* FNV-1a of the first bytes; 0 marks a constant tensor (never a candidate). */
+/*
+ * FNV-1a of the first bytes; 0 excludes the tensor.  A tensor whose first
+ * 4 KiB repeat one element is excluded without reading further: it is a
+ * constant (zero-initialised LoRA B, fresh LayerNorm) or starts like one,
+ * and proving it would cost a full read at mount for a tie no real model
+ * has; small tensors are checked whole.
+ */
 static int prefix_hash(struct prover *p, const struct us_tensor *t, uint64_t *h)
 {
 	uint64_t n = t->nbytes < PREFIX ? t->nbytes : PREFIX, v = 1469598103934665603ull;
@@ -231,11 +214,8 @@ static int prefix_hash(struct prover *p, const struct us_tensor *t, uint64_t *h)
 	if ((rc = read_block(p, t, p->b, n, 0)) < 0)
 		return rc;
 	if (all_equal(p->b, n, p->b, isz)) {
-		rc = is_constant(p, t);
-		if (rc != 0) {
-			*h = 0;
-			return rc < 0 ? rc : 0;
-		}
+		*h = 0;
+		return 0;
 	}
 	for (uint64_t i = 0; i < n; i++)
 		v = (v ^ p->b[i]) * 1099511628211ull;

@@ -9,9 +9,11 @@
  *  - proven: formats that store every name separately (DCP saves a tied
  *    pair as two copies; the reader sets sd->prove_ties).  Candidates of equal dtype and shape are linked
  *    only after their bytes are compared, streamed through two fixed 1 MiB
- *    buffers; one differing byte keeps them apart.  Constant tensors (every
- *    element equal: fresh LayerNorm weights, zero biases, scalars) are never
- *    linked by proof: they are equal by initialisation, not by tying.
+ *    buffers; one differing byte keeps them apart.  Constant tensors (fresh
+ *    LayerNorm weights, zero biases, scalars -- any tensor whose first 4 KiB
+ *    repeat one element) are never linked by proof: they are equal by
+ *    initialisation, not by tying, and excluding them by their first 4 KiB
+ *    bounds the work at mount.
  *
  * In each group the name that came first in the source is canonical (the
  * embedding precedes the output head in a state dict, and transformers
