@@ -1,5 +1,6 @@
 /* cast.c - scalar conversions between f64, f32, f16 and bf16 (see cast.h). */
 #include "cast.h"
+#include "cast_rules.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -10,71 +11,6 @@ static uint32_t f32_bits(float f)
 
 	memcpy(&u, &f, 4);
 	return u;
-}
-
-static bool f32_bits_nan(uint32_t u)
-{
-	return (u & 0x7fffffffu) > 0x7f800000u;
-}
-
-/* Round-to-nearest-even of the top 16 bits (finite and infinite values). */
-static uint16_t f32_to_bf16_finite(uint32_t u)
-{
-	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
-
-/* IEEE binary32 -> binary16, RNE, as x86's VCVTPS2PH does. */
-static uint16_t f32_to_f16(uint32_t u)
-{
-	uint32_t sign = (u >> 16) & 0x8000u, mant = u & 0x7fffffu;
-	int32_t exp = (int32_t)((u >> 23) & 0xff);
-	uint32_t half, rest, lsb;
-	int shift;
-
-	if (exp == 0xff) /* infinity, or NaN: quiet, payload truncated */
-		return (uint16_t)(sign | (mant ? 0x7e00u | (mant >> 13) : 0x7c00u));
-	exp -= 127 - 15;
-	if (exp >= 0x1f)
-		return (uint16_t)(sign | 0x7c00u); /* overflow */
-	if (exp <= 0) {
-		/* Subnormal (or zero): shift the implicit bit in, round. */
-		if (exp < -10)
-			return (uint16_t)sign;
-		mant |= 0x800000u;
-		shift = 14 - exp;
-		half = mant >> shift;
-		rest = mant & ((1u << shift) - 1);
-		lsb = half & 1;
-		if (rest > (1u << (shift - 1)) || (rest == (1u << (shift - 1)) && lsb))
-			half++;
-		return (uint16_t)(sign | half);
-	}
-	half = ((uint32_t)exp << 10) | (mant >> 13);
-	rest = mant & 0x1fffu;
-	if (rest > 0x1000u || (rest == 0x1000u && (half & 1)))
-		half++; /* may carry into the exponent, up to infinity: right */
-	return (uint16_t)(sign | half);
-}
-
-/* binary16 -> binary32, exact for every non-NaN. */
-static uint32_t f16_to_f32(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000u) << 16, mant = h & 0x3ffu;
-	int exp = (h >> 10) & 0x1f;
-
-	if (exp == 0x1f)
-		return sign | 0x7f800000u | (mant << 13);
-	if (exp == 0) {
-		if (!mant)
-			return sign;
-		exp = 1;
-		while (!(mant & 0x400u)) { /* normalise a subnormal */
-			mant <<= 1;
-			exp--;
-		}
-		mant &= 0x3ffu;
-	}
-	return sign | ((uint32_t)(exp + 127 - 15) << 23) | (mant << 13);
 }
 
 static uint16_t rd16(const unsigned char *p)
@@ -115,9 +51,9 @@ static uint32_t load(enum us_dtype from, const unsigned char *p)
 		return f32_bits((float)d);
 	}
 	case US_DT_F16: {
-		uint32_t u = f16_to_f32(rd16(p));
+		uint32_t u = us_f16_to_f32(rd16(p));
 
-		return f32_bits_nan(u) ? u | 0x400000u : u; /* quiet */
+		return us_f32_nan(u) ? u | 0x400000u : u; /* quiet */
 	}
 	case US_DT_BF16:
 		return (uint32_t)rd16(p) << 16;
@@ -131,11 +67,10 @@ static void store(enum us_dtype to, uint32_t u, unsigned char *q)
 	switch (to) {
 	case US_DT_BF16:
 		/* A NaN keeps its sign and top payload bits, made quiet. */
-		wr16(q, f32_bits_nan(u) ? (uint16_t)((u >> 16) | 0x40u)
-					: f32_to_bf16_finite(u));
+		wr16(q, us_f32_to_bf16(u));
 		break;
 	case US_DT_F16:
-		wr16(q, f32_to_f16(u));
+		wr16(q, us_f32_to_f16(u));
 		break;
 	default: /* F32 */
 		wr32(q, u);

@@ -1,9 +1,8 @@
 /*
  * exec_cuda.cu - the CUDA executor: device discovery, and the --dtype cast
- * kernel.  The element rules are assemble/cast.c's, written again for the
- * device with the same integer operations, so both give the same bits (the
- * GPU check, tests/gpu/run.sh, compares them over every pair and special
- * value).
+ * kernel.  The element rules are cast_rules.h, shared with cast.c, so both
+ * executors give the same bits (the GPU check, tests/gpu/run.sh, still
+ * compares them over every pair and special value).
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -12,6 +11,7 @@
 extern "C" {
 #include "../dtype.h"
 }
+#include "cast_rules.h"
 #include "cuda.h"
 
 #define STAGE (4u << 20) /* bytes per staging buffer */
@@ -31,62 +31,6 @@ extern "C" int us_cuda_device_count(const char **why)
 	return n;
 }
 
-__device__ static bool f32_nan(uint32_t u)
-{
-	return (u & 0x7fffffffu) > 0x7f800000u;
-}
-
-__device__ static uint16_t f32_to_f16(uint32_t u)
-{
-	uint32_t sign = (u >> 16) & 0x8000u, mant = u & 0x7fffffu;
-	int32_t exp = (int32_t)((u >> 23) & 0xff);
-	uint32_t half, rest;
-	int shift;
-
-	if (exp == 0xff)
-		return (uint16_t)(sign | (mant ? 0x7e00u | (mant >> 13) : 0x7c00u));
-	exp -= 127 - 15;
-	if (exp >= 0x1f)
-		return (uint16_t)(sign | 0x7c00u);
-	if (exp <= 0) {
-		if (exp < -10)
-			return (uint16_t)sign;
-		mant |= 0x800000u;
-		shift = 14 - exp;
-		half = mant >> shift;
-		rest = mant & ((1u << shift) - 1);
-		if (rest > (1u << (shift - 1)) ||
-		    (rest == (1u << (shift - 1)) && (half & 1)))
-			half++;
-		return (uint16_t)(sign | half);
-	}
-	half = ((uint32_t)exp << 10) | (mant >> 13);
-	rest = mant & 0x1fffu;
-	if (rest > 0x1000u || (rest == 0x1000u && (half & 1)))
-		half++;
-	return (uint16_t)(sign | half);
-}
-
-__device__ static uint32_t f16_to_f32(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000u) << 16, mant = h & 0x3ffu;
-	int exp = (h >> 10) & 0x1f;
-
-	if (exp == 0x1f)
-		return sign | 0x7f800000u | (mant << 13);
-	if (exp == 0) {
-		if (!mant)
-			return sign;
-		exp = 1;
-		while (!(mant & 0x400u)) {
-			mant <<= 1;
-			exp--;
-		}
-		mant &= 0x3ffu;
-	}
-	return sign | ((uint32_t)(exp + 127 - 15) << 23) | (mant << 13);
-}
-
 __device__ static uint32_t load(int from, const unsigned char *p, size_t i)
 {
 	switch (from) {
@@ -103,8 +47,8 @@ __device__ static uint32_t load(int from, const unsigned char *p, size_t i)
 		uint32_t u;
 
 		memcpy(&h, p + 2 * i, 2);
-		u = f16_to_f32(h);
-		return f32_nan(u) ? u | 0x400000u : u;
+		u = us_f16_to_f32(h);
+		return us_f32_nan(u) ? u | 0x400000u : u;
 	}
 	case US_DT_BF16: {
 		uint16_t b;
@@ -135,11 +79,7 @@ __global__ static void cast_kernel(int from, int to, const unsigned char *src,
 		memcpy(dst + 4 * i, &u, 4);
 		return;
 	}
-	if (to == US_DT_BF16)
-		h = f32_nan(u) ? (uint16_t)((u >> 16) | 0x40u)
-			       : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-	else
-		h = f32_to_f16(u);
+	h = to == US_DT_BF16 ? us_f32_to_bf16(u) : us_f32_to_f16(u);
 	memcpy(dst + 2 * i, &h, 2);
 }
 
