@@ -2,6 +2,8 @@
 #include "names.h"
 
 #include <stdlib.h>
+
+#include <cjson/cJSON.h>
 #include <string.h>
 
 static const char *const wrapper_segments[] = {
@@ -136,4 +138,19 @@ enum us_status us_names_apply_optim(struct us_statedict *sd,
 			return us_err_set(err, US_E_NOMEM, ".", "out of memory");
 	}
 	return US_OK;
+}
+
+void us_unwrap_json_names(cJSON *list, const struct us_names_opts *o)
+{
+	cJSON *p;
+
+	cJSON_ArrayForEach(p, list) {
+		char *buf;
+
+		if (!cJSON_IsString(p) || !(buf = malloc(strlen(p->valuestring) + 1)))
+			continue;
+		us_unwrap_name(p->valuestring, o, buf);
+		cJSON_SetValuestring(p, buf);
+		free(buf);
+	}
 }

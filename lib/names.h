@@ -43,6 +43,11 @@ enum us_status us_names_apply_optim(struct us_statedict *sd,
  * state (optim, optimizer, optimizer_N, ...), never part of the model. */
 bool us_is_optimizer_container(const char *key);
 
+/* us_unwrap_json_names - unwrap, in place, every string of the JSON array
+ * @list (optimizer param_groups' "params"/"param_names"). */
+struct cJSON;
+void us_unwrap_json_names(struct cJSON *list, const struct us_names_opts *o);
+
 /* us_names_apply - unwrap every tensor's name (as its reader set it, after
  * the container rule).  Collisions
  * are found by us_sd_finalize(), which names both source keys. */

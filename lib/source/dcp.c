@@ -602,19 +602,10 @@ static bool tree_put(cJSON *root, const struct us_pk *path, cJSON *v)
 
 static void unwrap_params(cJSON *groups, const struct us_names_opts *o)
 {
-	cJSON *g, *p;
+	cJSON *g;
 
-	cJSON_ArrayForEach(g, groups) {
-		cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(g, "params")) {
-			char *buf;
-
-			if (!cJSON_IsString(p) || !(buf = malloc(strlen(p->valuestring) + 1)))
-				continue;
-			us_unwrap_name(p->valuestring, o, buf);
-			cJSON_SetValuestring(p, buf);
-			free(buf);
-		}
-	}
+	cJSON_ArrayForEach(g, groups)
+		us_unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "params"), o);
 }
 
 static enum us_status add_optim_value(struct dcp *d, const char *fqn)

@@ -63,3 +63,17 @@ nomem:
 	us_dirlist_free(names, n);
 	return US_E_NOMEM;
 }
+
+bool us_dir_any(int dirfd, bool (*match)(const char *name))
+{
+	char **names;
+	size_t n;
+	bool yes = false;
+
+	if (us_dirlist(dirfd, &names, &n) != US_OK)
+		return false;
+	for (size_t i = 0; i < n && !yes; i++)
+		yes = match(names[i]);
+	us_dirlist_free(names, n);
+	return yes;
+}

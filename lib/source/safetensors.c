@@ -279,21 +279,17 @@ out:
 	return rc;
 }
 
+static bool st_dir_entry(const char *name)
+{
+	return us_path_has_suffix(name, ST_SUFFIX) ||
+	       us_path_has_suffix(name, ST_INDEX_SUFFIX);
+}
+
 static bool st_probe(int dirfd, const char *file)
 {
-	char **names;
-	size_t n;
-	bool yes = false;
-
 	if (file)
 		return us_path_has_suffix(file, ST_SUFFIX);
-	if (us_dirlist(dirfd, &names, &n) != US_OK)
-		return false;
-	for (size_t i = 0; i < n && !yes; i++)
-		yes = us_path_has_suffix(names[i], ST_SUFFIX) ||
-		      us_path_has_suffix(names[i], ST_INDEX_SUFFIX);
-	us_dirlist_free(names, n);
-	return yes;
+	return us_dir_any(dirfd, st_dir_entry);
 }
 
 static enum us_status st_read(struct us_statedict *sd, int dirfd,

@@ -55,5 +55,7 @@ enum us_status us_source_open(const char *path,
 /* us_dirlist - the sorted entry names of @dirfd (without . and ..). */
 enum us_status us_dirlist(int dirfd, char ***names, size_t *n);
 void us_dirlist_free(char **names, size_t n);
+/* us_dir_any - does any entry name of @dirfd satisfy @match?  (Probes.) */
+bool us_dir_any(int dirfd, bool (*match)(const char *name));
 
 #endif /* US_SOURCE_H */

@@ -287,7 +287,7 @@ static enum us_status optim_slot(struct walk *w, cJSON *scalars,
 static void name_groups(cJSON *groups, const struct us_pk *pk_groups,
 			const struct us_names_opts *o)
 {
-	cJSON *g, *p;
+	cJSON *g;
 	char buf[4096];
 
 	cJSON_ArrayForEach(g, groups) {
@@ -304,12 +304,7 @@ static void name_groups(cJSON *groups, const struct us_pk *pk_groups,
 				cJSON_ReplaceItemInArray(ids, i, cJSON_CreateString(buf));
 			}
 		}
-		cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(g, "param_names")) {
-			if (cJSON_IsString(p) && strlen(p->valuestring) < sizeof(buf)) {
-				us_unwrap_name(p->valuestring, o, buf);
-				cJSON_SetValuestring(p, buf);
-			}
-		}
+		us_unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "param_names"), o);
 	}
 }
 
@@ -458,21 +453,16 @@ static enum us_status torch_read_dir(struct us_statedict *sd, int dirfd,
 	return rc;
 }
 
+static bool torch_dir_entry(const char *name)
+{
+	return is_torch_name(name) || us_path_has_suffix(name, TORCH_INDEX_SUFFIX);
+}
+
 static bool torch_probe(int dirfd, const char *file)
 {
-	char **names;
-	size_t n;
-	bool yes = false;
-
 	if (file)
 		return is_torch_name(file);
-	if (us_dirlist(dirfd, &names, &n) != US_OK)
-		return false;
-	for (size_t i = 0; i < n && !yes; i++)
-		yes = is_torch_name(names[i]) ||
-		      us_path_has_suffix(names[i], TORCH_INDEX_SUFFIX);
-	us_dirlist_free(names, n);
-	return yes;
+	return us_dir_any(dirfd, torch_dir_entry);
 }
 
 static enum us_status torch_read(struct us_statedict *sd, int dirfd,
