@@ -309,9 +309,11 @@ static int serve(const struct us_opts *o, struct mount_state *m)
 	fuse_loop_cfg_set_idle_threads(cfg, 16);
 	rc = fuse_session_loop_mt(se, cfg);
 	/* libfuse reports the signal that ended the loop: SIGTERM, SIGINT and
-	 * SIGHUP are the clean way to unmount, not a failure. */
-	rc = rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP ? 0
-								      : EXIT_REFUSED;
+	 * SIGHUP are the clean way to unmount, not a failure.  So is an
+	 * unmount (fusermount3 -u) that aborts the connection while a worker
+	 * is reading the device: -ECONNABORTED or -ENODEV, not an error. */
+	rc = rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP ||
+	     rc == -ECONNABORTED || rc == -ENODEV ? 0 : EXIT_REFUSED;
 	if (rc != 0)
 		us_msg(LOG_ERR, "%s: the FUSE session failed", o->mountpoint);
 	fuse_loop_cfg_destroy(cfg);
