@@ -182,9 +182,16 @@ def test_daemon_memory_flat(tmp_path):
     sizes = {}
     for scale in (16, 128):
         out = str(tmp_path / f"s{scale}")
-        subprocess.run([DSVENV_PY, "-c", f"import sys; sys.path.insert(0, {os.path.dirname(gen)!r});"
-                        f"import make_deepspeed_fixtures as m; m.train({out!r}, 3, 2, False, {scale})"],
-                       check=True, capture_output=True, timeout=600)
+        # Real DeepSpeed on gloo occasionally aborts a rank at exit ("terminate
+        # called without an active exception"); the fixture generator retries
+        # for the same reason.
+        for attempt in range(3):
+            r = subprocess.run([DSVENV_PY, "-c", f"import sys; sys.path.insert(0, {os.path.dirname(gen)!r});"
+                                f"import make_deepspeed_fixtures as m; m.train({out!r}, 3, 2, False, {scale})"],
+                               capture_output=True, timeout=600)
+            if r.returncode == 0:
+                break
+        assert r.returncode == 0, r.stderr.decode(errors="replace")[-2000:]
         total = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(out) for f in fs)
         sizes[scale] = (total, _daemon_hwm(out))
     ds = subprocess.run([DSVENV_PY, "-c",
