@@ -14,7 +14,7 @@ extern "C" {
 #include "cast_rules.h"
 #include "cuda.h"
 
-#define STAGE (4u << 20) /* bytes per staging buffer */
+#define STAGE (4u << 20) /* pinned bytes per direction, per host thread */
 
 extern "C" int us_cuda_device_count(const char **why)
 {
@@ -83,27 +83,48 @@ __global__ static void cast_kernel(int from, int to, const unsigned char *src,
 	memcpy(dst + 2 * i, &h, 2);
 }
 
-/* Per host thread: pinned staging, device buffers, a stream. */
+/*
+ * Per host thread: two pinned staging pairs, two device pairs and two
+ * streams.  A block is cut into SLICE-sized pieces that alternate between
+ * the streams, so one piece's host-to-device copy overlaps the other's
+ * kernel and copy back (the copy engines run both directions at once).
+ */
+#define NSTREAM 2
+#define SLICE (STAGE / NSTREAM)
+
 struct stage {
 	int dev;
-	cudaStream_t stream;
-	unsigned char *hin, *hout, *din, *dout;
+	cudaStream_t stream[NSTREAM];
+	unsigned char *hin[NSTREAM], *hout[NSTREAM], *din[NSTREAM], *dout[NSTREAM];
 };
 
-static thread_local struct stage st = { -1, 0, 0, 0, 0, 0 };
+static thread_local struct stage st = { -1, {}, {}, {}, {}, {} };
 
 static int stage_init(int dev)
 {
 	if (st.dev == dev)
 		return 0;
-	if (cudaSetDevice(dev) != cudaSuccess ||
-	    cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking) != cudaSuccess ||
-	    cudaMallocHost(&st.hin, STAGE) != cudaSuccess ||
-	    cudaMallocHost(&st.hout, STAGE) != cudaSuccess ||
-	    cudaMalloc(&st.din, STAGE) != cudaSuccess ||
-	    cudaMalloc(&st.dout, STAGE) != cudaSuccess)
-		return -1; /* leaks what was made: the thread falls back for good */
+	if (cudaSetDevice(dev) != cudaSuccess)
+		return -1;
+	for (int i = 0; i < NSTREAM; i++)
+		if (cudaStreamCreateWithFlags(&st.stream[i], cudaStreamNonBlocking) != cudaSuccess ||
+		    cudaMallocHost(&st.hin[i], SLICE) != cudaSuccess ||
+		    cudaMallocHost(&st.hout[i], SLICE) != cudaSuccess ||
+		    cudaMalloc(&st.din[i], SLICE) != cudaSuccess ||
+		    cudaMalloc(&st.dout[i], SLICE) != cudaSuccess)
+			return -1; /* leaks what was made: the thread falls back for good */
 	st.dev = dev;
+	return 0;
+}
+
+/* Wait for stream @i's piece and copy its result out of pinned memory. */
+static int drain(int i, unsigned char *dst, size_t bytes)
+{
+	if (!dst)
+		return 0;
+	if (cudaStreamSynchronize(st.stream[i]) != cudaSuccess)
+		return -1;
+	memcpy(dst, st.hout[i], bytes);
 	return 0;
 }
 
@@ -112,24 +133,33 @@ extern "C" int us_cuda_cast(int dev, int from, int to, const void *src,
 {
 	size_t si = us_dtype_bits((enum us_dtype)from) / 8;
 	size_t di = us_dtype_bits((enum us_dtype)to) / 8;
-	size_t per = STAGE / (si > di ? si : di);
+	size_t per = SLICE / (si > di ? si : di);
+	unsigned char *pend[NSTREAM] = { NULL, NULL };
+	size_t pbytes[NSTREAM] = { 0, 0 };
+	int i = 0;
 
 	if (stage_init(dev) < 0)
 		return -1;
-	for (size_t done = 0; done < n; done += per) {
+	for (size_t done = 0; done < n; done += per, i = (i + 1) % NSTREAM) {
 		size_t k = n - done < per ? n - done : per;
 
-		memcpy(st.hin, (const unsigned char *)src + done * si, k * si);
-		if (cudaMemcpyAsync(st.din, st.hin, k * si, cudaMemcpyHostToDevice,
-				    st.stream) != cudaSuccess)
+		if (drain(i, pend[i], pbytes[i]) < 0)
 			return -1;
-		cast_kernel<<<(unsigned)((k + 255) / 256), 256, 0, st.stream>>>(
-			from, to, st.din, st.dout, k);
-		if (cudaMemcpyAsync(st.hout, st.dout, k * di, cudaMemcpyDeviceToHost,
-				    st.stream) != cudaSuccess ||
-		    cudaStreamSynchronize(st.stream) != cudaSuccess)
+		memcpy(st.hin[i], (const unsigned char *)src + done * si, k * si);
+		if (cudaMemcpyAsync(st.din[i], st.hin[i], k * si,
+				    cudaMemcpyHostToDevice, st.stream[i]) != cudaSuccess)
 			return -1;
-		memcpy((unsigned char *)dst + done * di, st.hout, k * di);
+		cast_kernel<<<(unsigned)((k + 255) / 256), 256, 0, st.stream[i]>>>(
+			from, to, st.din[i], st.dout[i], k);
+		if (cudaGetLastError() != cudaSuccess ||
+		    cudaMemcpyAsync(st.hout[i], st.dout[i], k * di,
+				    cudaMemcpyDeviceToHost, st.stream[i]) != cudaSuccess)
+			return -1;
+		pend[i] = (unsigned char *)dst + done * di;
+		pbytes[i] = k * di;
 	}
+	for (i = 0; i < NSTREAM; i++)
+		if (drain(i, pend[i], pbytes[i]) < 0)
+			return -1;
 	return 0;
 }

@@ -1,60 +1,120 @@
 #!/usr/bin/env bash
-# tests/gpu/run.sh — the GPU check (issue 5): on a machine with an NVIDIA GPU,
-#   1. build with the CUDA executor (-Dcuda=enabled, nvcc required),
+# tests/gpu/run.sh — the GPU check (issue 5), on a machine with an NVIDIA GPU:
+#   1. build with the CUDA executor (-Dcuda=enabled, nvcc required), or take the
+#      binaries from $UNSHARDFS_GPU_PREBUILT (a folder with unshardfs and
+#      test_cuda_cast built here with -Dcuda=enabled, for GPU machines that lack
+#      the -dev packages);
 #   2. CPU-vs-CUDA byte-exact equivalence of every --dtype cast pair over special
-#      and random values, with GB/s of each (tests/gpu/test_cuda_cast.c),
-#   3. benchmark g: a tensor-parallel Shard(1) DCP checkpoint read through the mount as
-#      bf16 (--dtype=bf16), --device=cpu vs --device=cuda: GB/s each, and the bytes equal.
+#      and random values, with GB/s of each (tests/gpu/test_cuda_cast.c);
+#   3. every fixture in tests/fixtures (every chunk grid and plan shape the readers
+#      produce) exported with --dtype=bf16|f16|f32 as safetensors and as
+#      pytorch_model.bin, --device=cpu vs --device=cuda: the bytes must be equal;
+#   4. benchmark g: tensor-parallel Shard(1) DCP (and, for contrast, Shard(0)) read
+#      as bf16, CPU vs CUDA executor, GB/s each: through `export` (no FUSE), and
+#      through the mount when /dev/fuse works.
 # Prints everything and copies it to ${OUT:-docs}/gpu-results.txt. Takes < 5 minutes.
-# Needs meson, ninja, pkg-config, libfuse3-dev, libcjson-dev, libzstd-dev and nvcc; the
-# benchmark also needs fuse3 (/dev/fuse), python3 with torch for the generator (skipped
-# otherwise).
+# Needs python3 with torch for the benchmark generator (skipped otherwise).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUTDIR="${OUT:-docs}"
 mkdir -p "$OUTDIR"
 LOG="$OUTDIR/gpu-results.txt"
 exec > >(tee "$LOG") 2>&1
-echo "== $(date -u) $(uname -m)"
+echo "== $(date -u) $(uname -m) $(nproc) cpus"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -4
 command -v nvcc >/dev/null || PATH="/usr/local/cuda/bin:$PATH"
-
-echo "== build (build-gpu, -Dcuda=enabled)"
-if [[ -f build-gpu/build.ninja ]]; then
-    meson setup --reconfigure build-gpu -Dcuda=enabled >/dev/null
-else
-    meson setup build-gpu -Dcuda=enabled --buildtype=release >/dev/null
-fi || { echo "FAILED: meson setup"; exit 1; }
-ninja -C build-gpu >/dev/null || { echo "FAILED: build"; exit 1; }
-./build-gpu/fs/unshardfs --version
-
-echo "== CPU vs CUDA cast equivalence"
-./build-gpu/tests/gpu/test_cuda_cast
-rc=$?
-[[ $rc -eq 77 ]] && { echo "no usable CUDA device: nothing more to check"; exit 0; }
-[[ $rc -ne 0 ]] && { echo "FAILED: CPU and CUDA casts differ"; exit 1; }
-
-echo "== benchmark g: Shard(1) DCP read as bf16, CPU vs CUDA executor"
-PY="${PYTHON:-python3}"
-if ! "$PY" -c "import torch" 2>/dev/null || [[ ! -e /dev/fuse ]]; then
-    echo "skipped: needs python3 with torch and /dev/fuse"
-    exit 0
-fi
+FAIL=0
 WORK=$(mktemp -d)
 trap 'fusermount3 -u "$WORK/mnt" 2>/dev/null; rm -rf "$WORK"' EXIT
-"$PY" tests/bench/gen.py dcp "$WORK/ckpt" --gb 1 --world 4 --shard 1 >/dev/null || exit 1
+
+if [[ -n "${UNSHARDFS_GPU_PREBUILT:-}" ]]; then
+    echo "== prebuilt binaries from $UNSHARDFS_GPU_PREBUILT"
+    US="$UNSHARDFS_GPU_PREBUILT/unshardfs"
+    CAST="$UNSHARDFS_GPU_PREBUILT/test_cuda_cast"
+else
+    echo "== build (build-gpu, -Dcuda=enabled)"
+    if [[ -f build-gpu/build.ninja ]]; then
+        meson setup --reconfigure build-gpu -Dcuda=enabled >/dev/null
+    else
+        meson setup build-gpu -Dcuda=enabled --buildtype=release >/dev/null
+    fi || { echo "FAILED: meson setup"; exit 1; }
+    ninja -C build-gpu >/dev/null || { echo "FAILED: build"; exit 1; }
+    US=./build-gpu/fs/unshardfs
+    CAST=./build-gpu/tests/gpu/test_cuda_cast
+fi
+"$US" --version
+
+echo "== 1. CPU vs CUDA cast equivalence"
+"$CAST"
+rc=$?
+[[ $rc -eq 77 ]] && { echo "no usable CUDA device: nothing more to check"; exit 0; }
+[[ $rc -ne 0 ]] && { echo "FAILED: CPU and CUDA casts differ"; FAIL=1; }
+
+echo "== 2. every fixture, every cast, both views: --device=cpu vs --device=cuda"
+same=0 diff=0
+for src in tests/fixtures/{sample,single,noindex} tests/fixtures/torch/[a-z]* \
+           tests/fixtures/deepspeed/[a-z]*; do
+    [[ $src == *.md ]] && continue
+    for dt in bf16 f16 f32; do
+        for view in safetensors bin; do
+            a=$("$US" export -q --view=$view --dtype=$dt --device=cpu "$src" - 2>/dev/null |
+                sha256sum) || continue
+            b=$("$US" export -q --view=$view --dtype=$dt --device=cuda "$src" - | sha256sum)
+            if [[ "$a" == "$b" ]]; then
+                same=$((same + 1))
+            else
+                diff=$((diff + 1))
+                echo "DIFFER: $src --dtype=$dt --view=$view"
+            fi
+        done
+    done
+done
+echo "fixture exports equal on CPU and CUDA: $same/$((same + diff))"
+((diff)) && FAIL=1
+
+gbps() { awk -v b="$1" -v t0="$2" -v t1="$3" 'BEGIN { printf "%.2f", b / (t1 - t0) / 1e9 }'; }
+
+echo "== 3. benchmark g: DCP fp32 read as bf16, CPU vs CUDA executor"
+PY="${PYTHON:-python3}"
+if ! "$PY" -c "import torch" 2>/dev/null; then
+    echo "skipped: needs python3 with torch"
+    exit $FAIL
+fi
+for shard in 1 0; do
+    "$PY" tests/bench/gen.py dcp "$WORK/ckpt$shard" --gb "${UNSHARDFS_GPU_BENCH_GB:-1}" --world 4 --shard $shard >/dev/null ||
+        { echo "FAILED: generator"; exit 1; }
+    size=$("$US" export -q --dtype=bf16 "$WORK/ckpt$shard" - | wc -c)
+    sums=""
+    for dev in cpu cuda cpu cuda; do
+        t0=$(date +%s.%N)
+        "$US" export -q --dtype=bf16 --device=$dev "$WORK/ckpt$shard" - >/dev/null
+        t1=$(date +%s.%N)
+        echo "export Shard($shard) fp32->bf16 $dev: $(gbps "$size" "$t0" "$t1") GB/s"
+    done
+    for dev in cpu cuda; do
+        sums+="$("$US" export -q --dtype=bf16 --device=$dev "$WORK/ckpt$shard" - | sha256sum) "
+    done
+    [[ $(echo $sums | tr ' ' '\n' | grep -v '^-$' | sort -u | wc -l) -eq 1 ]] ||
+        { echo "FAILED: CPU and CUDA exports differ for Shard($shard)"; FAIL=1; }
+done
+
 mkdir -p "$WORK/mnt"
-for dev in cpu cuda cpu cuda; do
-    ./build-gpu/fs/unshardfs -q --dtype=bf16 --device=$dev "$WORK/ckpt" "$WORK/mnt" || exit 1
-    size=$(stat -c %s "$WORK/mnt/model.safetensors")
-    t0=$(date +%s.%N)
-    sum=$(sha256sum "$WORK/mnt/model.safetensors" | cut -d' ' -f1)
-    t1=$(date +%s.%N)
-    fusermount3 -u "$WORK/mnt"
-    echo "$dev $(echo "$size / ($t1 - $t0) / 1e9" | bc -l | cut -c1-5) GB/s  sha256 ${sum:0:16}"
-done | tee "$WORK/g.txt"
-if [[ $(awk '{print $NF}' "$WORK/g.txt" | sort -u | wc -l) -ne 1 ]]; then
-    echo "FAILED: the CPU and CUDA mounts served different bytes"
+if [[ -e /dev/fuse ]] && "$US" -q "$WORK/ckpt1" "$WORK/mnt" 2>/dev/null; then
+    fusermount3 -u "$WORK/mnt" 2>/dev/null || umount "$WORK/mnt"
+    for dev in cpu cuda cpu cuda; do
+        "$US" -q --dtype=bf16 --device=$dev "$WORK/ckpt1" "$WORK/mnt" || { FAIL=1; break; }
+        t0=$(date +%s.%N)
+        sum=$(sha256sum "$WORK/mnt/model.safetensors" | cut -c1-16)
+        t1=$(date +%s.%N)
+        fusermount3 -u "$WORK/mnt" 2>/dev/null || umount "$WORK/mnt"
+        echo "mount Shard(1) fp32->bf16 $dev: $(gbps "$size" "$t0" "$t1") GB/s (sha256 $sum)"
+    done
+else
+    echo "mount benchmark skipped: FUSE cannot mount here"
+fi
+
+if ((FAIL)); then
+    echo "GPU check FAILED"
     exit 1
 fi
 echo "GPU check passed"
