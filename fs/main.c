@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -148,6 +149,19 @@ static enum us_status add_views(struct mount_state *m, const struct us_opts *o,
 	return US_OK;
 }
 
+/* Every source file stays open for the life of the mount, and a DeepSpeed
+ * universal checkpoint has three per parameter: past the usual soft limit
+ * of 1024 for a large model.  The hard limit is ours to take. */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
 /* Read SOURCE and build everything the mount serves.  0 or an exit status. */
 static int prepare(const struct us_opts *o, struct mount_state *m)
 {
@@ -163,10 +177,13 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 
 	memset(m, 0, sizeof(*m));
 	m->srcfd = -1;
+	raise_nofile();
 	us_ties_mode_parse(o->ties, &so.ties); /* validated by us_opts_parse */
 	so.cast = strcmp(o->dtype, "keep") != 0;
 	so.cast_to = !strcmp(o->dtype, "bf16") ? US_DT_BF16 :
 		     !strcmp(o->dtype, "f16") ? US_DT_F16 : US_DT_F32;
+	so.ds_weights = !strcmp(o->ds_weights, "module") ? US_DS_WEIGHTS_MODULE :
+			US_DS_WEIGHTS_FP32;
 	if (us_source_open(o->source, &so, &m->sd, &m->srcfd, &err) != US_OK)
 		return refuse(&err);
 	if (o->inspect)

@@ -42,7 +42,8 @@ void us_opts_usage(FILE *out)
 "                           ('_' for '-'; fstab's way to pass them)\n"
 "\n"
 "checkpoint options (mount, inspect and export):\n"
-"    --format=FMT           auto|safetensors|torch|dcp|deepspeed (default: auto)\n"
+"    --format=FMT           auto|safetensors|torch|dcp|deepspeed|\n"
+"                           deepspeed-universal (default: auto)\n"
 "    --no-unwrap            keep source names exactly (default: unwrap)\n"
 "    --strip-prefix=P       remove P from the start of every name (repeatable;\n"
 "                           default: none)\n"
@@ -52,6 +53,9 @@ void us_opts_usage(FILE *out)
 "    --cache-size=BYTES     bound on cached assembled data, K/M/G suffixes\n"
 "                           (default: 256M)\n"
 "    --ties=MODE            auto|declared|off (default: auto)\n"
+"    --deepspeed-weights=W  fp32|module: DeepSpeed's fp32 master weights, or\n"
+"                           ZeRO-1/2's 16-bit module weights as saved\n"
+"                           (default: fp32)\n"
 "    --max-shard-size=SIZE  serve model-0000K-of-0000N.safetensors and\n"
 "                           model.safetensors.index.json, shards of at most\n"
 "                           SIZE bytes (K/M/G; a bigger tensor gets its own\n"
@@ -127,10 +131,12 @@ static bool is_device(const char *v)
 static int parse_long(struct us_opts *o, const char *a)
 {
 	static const char *const formats[] = {"auto", "safetensors", "torch",
-					      "dcp", "deepspeed", NULL};
+					      "dcp", "deepspeed",
+					      "deepspeed-universal", NULL};
 	static const char *const dtypes[] = {"keep", "bf16", "f16", "f32", NULL};
 	static const char *const ties[] = {"auto", "declared", "off", NULL};
 	static const char *const views[] = {"safetensors", "bin", NULL};
+	static const char *const weights[] = {"fp32", "module", NULL};
 	const char *v = strchr(a, '=');
 
 	if (!strcmp(a, "--no-unwrap"))
@@ -147,6 +153,9 @@ static int parse_long(struct us_opts *o, const char *a)
 	if (!strncmp(a, "--ties=", 7))
 		return one_of(v, ties) ? (o->ties = v, 1)
 			: usage_error("unknown --ties '%s'", v);
+	if (!strncmp(a, "--deepspeed-weights=", 20))
+		return one_of(v, weights) ? (o->ds_weights = v, 1)
+			: usage_error("unknown --deepspeed-weights '%s'", v);
 	if (!strncmp(a, "--device=", 9))
 		return is_device(v) ? (o->device = v, 1)
 			: usage_error("unknown --device '%s'", v);
@@ -291,6 +300,7 @@ static void set_defaults(struct us_opts *o)
 	o->dtype = "keep";
 	o->device = "auto";
 	o->ties = "auto";
+	o->ds_weights = "fp32";
 	o->view = "safetensors";
 	o->cache_size = DEFAULT_CACHE_SIZE;
 }

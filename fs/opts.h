@@ -41,7 +41,8 @@ struct us_opts {
 	size_t nfuse_opts;
 	char store[US_OPT_STORE];  /* split -o items point in here */
 	size_t nstore;
-	const char *format;        /* auto|safetensors|torch|dcp|deepspeed */
+	const char *format;        /* auto|safetensors|torch|dcp|deepspeed|
+				    * deepspeed-universal */
 	bool no_unwrap;
 	const char *strip_prefix[US_MAX_STRIP];
 	size_t nstrip;
@@ -49,6 +50,7 @@ struct us_opts {
 	const char *device;        /* auto|cpu|cuda[:N] */
 	uint64_t cache_size;
 	const char *ties;          /* auto|declared|off */
+	const char *ds_weights;    /* --deepspeed-weights: fp32|module */
 };
 
 /*

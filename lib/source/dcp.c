@@ -721,13 +721,16 @@ static enum us_status finish_optim_json(struct us_statedict *sd, cJSON *tree,
 }
 
 static enum us_status dcp_read(struct us_statedict *sd, int dirfd,
-			       const char *file, struct us_err *err)
+			       const char *file,
+			       const struct us_source_opts *opts,
+			       struct us_err *err)
 {
 	const char *prefix = file ? NULL : dcp_prefix(dirfd);
 	size_t budget = US_PK_JSON_BUDGET;
 	cJSON *tree = cJSON_CreateObject();
 	enum us_status rc;
 
+	(void)opts; /* no format options */
 	sd->format = "dcp";
 	sd->prove_ties = true; /* every FQN is saved, a tied pair twice */
 	if (!prefix) {

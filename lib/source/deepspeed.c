@@ -16,41 +16,23 @@
  * file; ZeRO-3 frozen parameters are fragments of every rank's model states.
  * shared_params (tied names) become aliases.  Adam's moments are rebuilt the
  * same way into the optimizer view.  Nothing is read but the pickles.
+ * With --deepspeed-weights=module (ZeRO-1/2), the model view is instead the
+ * 16-bit "module" state dict of the model states file, as saved.
  */
 #include "source.h"
 
-#include <ctype.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "../codec/pk2json.h"
-#include "../io.h"
 #include "../path.h"
 #include "deepspeed_flat.h"
-#include "torchpkl.h"
+#include "ds_common.h"
 
 #define DS_MAX_RANKS 16384 /* a rank table is calloc'd at this size */
-#define DS_TAG_MAX 256
-
-/* One torch.save file of the checkpoint, parsed. */
-struct ds_file {
-	char *relpath;          /* relative to SOURCE */
-	uint32_t file;          /* index in sd->files */
-	struct us_torch_archive ta;
-	bool present;
-};
-
-struct ds_param {
-	const char *name;
-	uint32_t group, ndim;
-	const uint64_t *shape;
-	uint64_t numel;
-	uint64_t off;           /* ZeRO-2: in its group's vector; ZeRO-3: in
-				 * every rank's vector */
-};
+#define DS_TAG_MAX US_DS_TAG_MAX
 
 struct ds {
 	struct us_statedict *sd;
@@ -58,13 +40,14 @@ struct ds {
 	char prefix[DS_TAG_MAX + 2]; /* "<tag>/" or "" */
 	char where[DS_TAG_MAX + 2];  /* "<tag>" or ".": for messages */
 	struct us_arena arena;
-	struct ds_file *optim, *model; /* per rank (model: one for ZeRO <= 2) */
+	struct us_ds_file *optim, *model; /* per rank (model: one for ZeRO <= 2) */
 	uint32_t world, nmodel, ngroups;
 	int stage;
 	const struct us_pk **osd;      /* per rank: optimizer_state_dict */
 	const struct us_pk *ms;        /* rank 0's model states */
-	struct ds_param *params;
+	struct us_ds_param *params;
 	uint32_t nparams;
+	bool module_weights;           /* --deepspeed-weights=module */
 	struct us_err *err;
 };
 
@@ -84,24 +67,6 @@ static bool has_model_states(int dirfd)
 	return yes;
 }
 
-/* The tag "latest" names, stripped; false if there is none. */
-static bool read_latest(int dirfd, char *tag)
-{
-	int fd = openat(dirfd, "latest", O_RDONLY | O_CLOEXEC);
-	ssize_t n;
-
-	if (fd < 0)
-		return false;
-	n = read(fd, tag, DS_TAG_MAX);
-	close(fd);
-	if (n <= 0)
-		return false;
-	tag[n] = '\0';
-	while (n > 0 && isspace((unsigned char)tag[n - 1]))
-		tag[--n] = '\0';
-	return n > 0 && us_path_is_inside(tag) && !memchr(tag, '\n', (size_t)n);
-}
-
 static bool ds_probe(int dirfd, const char *file)
 {
 	char tag[DS_TAG_MAX + 1];
@@ -112,7 +77,7 @@ static bool ds_probe(int dirfd, const char *file)
 		return false;
 	if (has_model_states(dirfd))
 		return true;
-	if (!read_latest(dirfd, tag))
+	if (!us_ds_read_tag(dirfd, "latest", tag))
 		return false;
 	d = openat(dirfd, tag, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (d < 0)
@@ -120,22 +85,6 @@ static bool ds_probe(int dirfd, const char *file)
 	yes = has_model_states(d);
 	close(d);
 	return yes;
-}
-
-/* "[bf16_|fp16_]zero_pp_rank_<r>_mp_rank_<mp>_<kind>" -> r and mp. */
-static bool parse_rank_name(const char *n, const char *kind, long *r, long *mp)
-{
-	char *end;
-
-	if (!strncmp(n, "bf16_", 5) || !strncmp(n, "fp16_", 5))
-		n += 5;
-	if (strncmp(n, "zero_pp_rank_", 13) || !isdigit((unsigned char)n[13]))
-		return false;
-	*r = strtol(n + 13, &end, 10);
-	if (strncmp(end, "_mp_rank_", 9) || !isdigit((unsigned char)end[9]))
-		return false;
-	*mp = strtol(end + 9, &end, 10);
-	return !strcmp(end, kind);
 }
 
 static char *relpath(struct ds *d, const char *name)
@@ -148,7 +97,7 @@ static char *relpath(struct ds *d, const char *name)
 }
 
 /* Record the file @name of rank @r in @tab (@cap entries). */
-static enum us_status note_rank(struct ds *d, struct ds_file **tab,
+static enum us_status note_rank(struct ds *d, struct us_ds_file **tab,
 				uint32_t *n, long r, const char *name)
 {
 	if (r < 0 || r >= DS_MAX_RANKS)
@@ -175,8 +124,8 @@ static enum us_status classify(struct ds *d, const char *name)
 {
 	long r, mp;
 
-	if (parse_rank_name(name, "_optim_states.pt", &r, &mp) ||
-	    parse_rank_name(name, "_model_states.pt", &r, &mp)) {
+	if (us_ds_rank_name(name, "_optim_states.pt", &r, &mp) ||
+	    us_ds_rank_name(name, "_model_states.pt", &r, &mp)) {
 		if (mp != 0)
 			return us_err_set(d->err, US_E_UNSUPPORTED,
 					  relpath(d, name), "model (tensor) "
@@ -223,7 +172,7 @@ static enum us_status find_files(struct ds *d)
 }
 
 /* The name DeepSpeed gives rank @r's file, for "missing" messages. */
-static const char *expected_name(struct ds *d, const struct ds_file *tab,
+static const char *expected_name(struct ds *d, const struct us_ds_file *tab,
 				 uint32_t r, const char *kind)
 {
 	char buf[128];
@@ -244,55 +193,6 @@ static const char *expected_name(struct ds *d, const struct ds_file *tab,
 
 /* ---- opening and parsing -------------------------------------------------- */
 
-static enum us_status open_one(struct ds *d, struct ds_file *f)
-{
-	const char *why = NULL;
-
-	US_TRY(us_sd_open_file(d->sd, d->dirfd, f->relpath, &f->file, d->err));
-	if (us_torch_archive_open(&f->ta, d->sd->files[f->file].fd, 0,
-				  (uint64_t)d->sd->files[f->file].size,
-				  &d->arena, &why) < 0)
-		return us_err_set(d->err, US_E_FORMAT, f->relpath, "%s", why);
-	return US_OK;
-}
-
-/* ZeroStageEnum.<x>: an int, Class(2) (Python < 3.12) or getattr(Class, name). */
-static int stage_of(const struct us_pk *p)
-{
-	static const char *const names[] = {"disabled", "optimizer_states",
-					    "gradients", "weights"};
-	const struct us_pk *a;
-
-	if (p && p->kind == US_PK_INT)
-		return (int)p->u.i;
-	if (!p || p->kind != US_PK_CALL)
-		return -1;
-	a = us_pk_at(p->u.call.args, 0);
-	if (a && a->kind == US_PK_INT)
-		return (int)a->u.i;
-	a = us_pk_at(p->u.call.args, 1);
-	for (int i = 0; a && a->kind == US_PK_STR && i < 4; i++)
-		if (!strcmp(a->u.str.s, names[i]))
-			return i;
-	return -1;
-}
-
-/* partition_count: an int, or a list per group (ZeRO-2): the max. */
-static int64_t partition_count(const struct us_pk *p)
-{
-	int64_t m = -1;
-
-	if (p && p->kind == US_PK_INT)
-		return p->u.i;
-	for (size_t i = 0; i < us_pk_len(p); i++) {
-		const struct us_pk *v = us_pk_at(p, i);
-
-		if (v->kind == US_PK_INT && v->u.i > m)
-			m = v->u.i;
-	}
-	return m;
-}
-
 static enum us_status open_optim(struct ds *d)
 {
 	int64_t pc;
@@ -301,25 +201,25 @@ static enum us_status open_optim(struct ds *d)
 	if (!d->osd)
 		return us_err_set(d->err, US_E_NOMEM, ".", "out of memory");
 	for (uint32_t r = 0; r < d->world; r++) {
-		struct ds_file *f = &d->optim[r];
+		struct us_ds_file *f = &d->optim[r];
 
 		if (!f->present)
 			return us_err_set(d->err, US_E_FORMAT,
 					  expected_name(d, d->optim, r, "optim_states.pt"),
 					  "missing (rank files up to %u exist)",
 					  d->world - 1);
-		US_TRY(open_one(d, f));
+		US_TRY(us_ds_open(d->sd, d->dirfd, f, &d->arena, d->err));
 		d->osd[r] = us_pk_dict_get(f->ta.root, "optimizer_state_dict");
 		if (!us_pk_is_dictlike(d->osd[r]))
 			return us_err_set(d->err, US_E_FORMAT, f->relpath,
 					  "no optimizer_state_dict");
-		if (stage_of(us_pk_dict_get(d->osd[r], "zero_stage")) !=
-		    (r ? d->stage : stage_of(us_pk_dict_get(d->osd[r], "zero_stage"))))
+		if (us_ds_stage(us_pk_dict_get(d->osd[r], "zero_stage")) !=
+		    (r ? d->stage : us_ds_stage(us_pk_dict_get(d->osd[r], "zero_stage"))))
 			return us_err_set(d->err, US_E_FORMAT, f->relpath,
 					  "zero_stage differs from rank 0's");
 		if (!r)
-			d->stage = stage_of(us_pk_dict_get(d->osd[0], "zero_stage"));
-		pc = partition_count(us_pk_dict_get(d->osd[r], "partition_count"));
+			d->stage = us_ds_stage(us_pk_dict_get(d->osd[0], "zero_stage"));
+		pc = us_ds_partition_count(us_pk_dict_get(d->osd[r], "partition_count"));
 		if (pc != (int64_t)d->world) {
 			if (pc > (int64_t)d->world && pc <= DS_MAX_RANKS)
 				return us_err_set(d->err, US_E_FORMAT,
@@ -352,7 +252,7 @@ static enum us_status open_model(struct ds *d)
 			return us_err_set(d->err, US_E_FORMAT,
 					  expected_name(d, NULL, r, "model_states.pt"),
 					  "missing");
-		US_TRY(open_one(d, &d->model[r]));
+		US_TRY(us_ds_open(d->sd, d->dirfd, &d->model[r], &d->arena, d->err));
 	}
 	d->ms = d->model[0].ta.root;
 	if (!us_pk_dict_get(d->ms, "param_shapes") ||
@@ -364,66 +264,6 @@ static enum us_status open_model(struct ds *d)
 }
 
 /* ---- parameters ----------------------------------------------------------- */
-
-/* torch.Size((...)) or a tuple -> ndim and shape (arena). */
-static bool shape_of(struct ds *d, const struct us_pk *p, uint32_t *ndim,
-		     const uint64_t **shape, uint64_t *numel)
-{
-	uint64_t *s;
-
-	if (p && p->kind == US_PK_CALL && us_pk_global_named(p->u.call.fn, "Size"))
-		p = us_pk_at(p->u.call.args, 0);
-	if (!p || (p->kind != US_PK_TUPLE && p->kind != US_PK_LIST) ||
-	    us_pk_len(p) > US_MAX_NDIM)
-		return false;
-	*ndim = (uint32_t)us_pk_len(p);
-	s = us_arena_calloc(&d->arena, *ndim + 1, sizeof(*s));
-	if (!s)
-		return false;
-	for (uint32_t k = 0; k < *ndim; k++) {
-		const struct us_pk *v = us_pk_at(p, k);
-
-		if (v->kind != US_PK_INT || v->u.i < 0)
-			return false;
-		s[k] = (uint64_t)v->u.i;
-	}
-	*shape = s;
-	return us_numel(*ndim, s, numel);
-}
-
-static enum us_status load_params(struct ds *d)
-{
-	const struct us_pk *groups = us_pk_dict_get(d->ms, "param_shapes");
-	const char *path = d->model[0].relpath;
-	size_t total = 0;
-
-	d->ngroups = (uint32_t)us_pk_len(groups);
-	for (uint32_t g = 0; g < d->ngroups; g++) {
-		if (!us_pk_is_dictlike(us_pk_at(groups, g)))
-			return us_err_set(d->err, US_E_FORMAT, path,
-					  "param_shapes[%u] is not a dict", g);
-		total += us_pk_at(groups, g)->coll->keys.n;
-	}
-	d->params = us_arena_calloc(&d->arena, total + 1, sizeof(*d->params));
-	if (!d->params)
-		return us_err_set(d->err, US_E_NOMEM, ".", "out of memory");
-	for (uint32_t g = 0; g < d->ngroups; g++) {
-		const struct us_pk_coll *c = us_pk_at(groups, g)->coll;
-
-		for (size_t i = 0; i < c->keys.n; i++) {
-			struct ds_param *p = &d->params[d->nparams++];
-
-			p->group = g;
-			p->name = c->keys.v[i]->kind == US_PK_STR ?
-				  c->keys.v[i]->u.str.s : NULL;
-			if (!p->name || !shape_of(d, c->vals.v[i], &p->ndim,
-						  &p->shape, &p->numel))
-				return us_err_set(d->err, US_E_FORMAT, path,
-						  "malformed param_shapes entry");
-		}
-	}
-	return US_OK;
-}
 
 /* Rank @r's flat tensor for group @g (@slot NULL: the fp32 weights, else
  * that Adam slot), as a segment of @want elements (the fp32 partition's
@@ -586,7 +426,7 @@ static enum us_status layout_z3(struct ds *d, const struct us_flat_vec *v)
 }
 
 /* Place (or count, when @t is NULL) the chunks of param @p. */
-static uint32_t place(struct ds *d, const struct ds_param *p,
+static uint32_t place(struct ds *d, const struct us_ds_param *p,
 		      const struct us_flat_vec *v, struct us_tensor *t,
 		      const struct us_tensor *shape_only)
 {
@@ -614,7 +454,7 @@ static uint32_t place(struct ds *d, const struct ds_param *p,
 }
 
 static enum us_status add_param(struct ds *d, struct us_statedict *dst,
-				const char *name, const struct ds_param *p,
+				const char *name, const struct us_ds_param *p,
 				const struct us_flat_vec *v)
 {
 	struct us_tensor probe = { .ndim = p->ndim, .shape = p->shape };
@@ -631,107 +471,6 @@ static enum us_status add_param(struct ds *d, struct us_statedict *dst,
 
 /* ---- plain tensors: buffers and frozen params ------------------------------ */
 
-static enum us_status add_plain(struct ds *d, const struct ds_file *f,
-				const char *name, const struct us_pk *v)
-{
-	struct us_torch_tensor tt;
-	const char *why = "not a tensor";
-	struct us_tensor *t;
-	uint64_t off;
-	int64_t *st;
-
-	if (us_torch_match(v, &tt, &why) != 1 ||
-	    us_torch_extent(&f->ta, &tt, &off, &why) < 0)
-		return us_err_set(d->err, US_E_FORMAT, f->relpath, "'%s': %s",
-				  name, why);
-	t = us_sd_add_whole_tensor(d->sd, name, tt.dtype, tt.ndim, tt.shape,
-				   f->file, off, d->err);
-	st = us_arena_calloc(&d->sd->arena, tt.ndim + 1, sizeof(*st));
-	if (!t || !st)
-		return us_err_set(d->err, US_E_NOMEM, f->relpath, "out of memory");
-	memcpy(st, tt.strides, tt.ndim * sizeof(*st));
-	t->chunks[0].src.strides = st;
-	if (!t->numel)
-		t->nchunks = 0;
-	return US_OK;
-}
-
-static bool listed(const struct us_pk *list, const char *name)
-{
-	for (size_t i = 0; i < us_pk_len(list); i++)
-		if (us_pk_is_str(us_pk_at(list, i), name))
-			return true;
-	return false;
-}
-
-static enum us_status add_buffers(struct ds *d)
-{
-	const struct us_pk *mod = us_pk_dict_get(d->ms, "module");
-	const struct us_pk *names = us_pk_dict_get(d->ms, "buffer_names");
-
-	for (size_t i = 0; us_pk_is_dictlike(mod) && i < mod->coll->keys.n; i++) {
-		const struct us_pk *k = mod->coll->keys.v[i];
-
-		if (k->kind == US_PK_STR && listed(names, k->u.str.s))
-			US_TRY(add_plain(d, &d->model[0], k->u.str.s,
-					 mod->coll->vals.v[i]));
-	}
-	return US_OK;
-}
-
-/* ZeRO-3 frozen param: every rank's fragment, concatenated, truncated. */
-static enum us_status add_frozen_z3(struct ds *d, const char *name,
-				    const struct us_pk *shape)
-{
-	struct us_flat_seg *segs = us_arena_calloc(&d->arena, d->world, sizeof(*segs));
-	struct us_flat_vec v = { .segs = segs, .nsegs = d->world };
-	struct ds_param p = { .name = name };
-
-	if (!segs)
-		return us_err_set(d->err, US_E_NOMEM, ".", "out of memory");
-	if (!shape_of(d, shape, &p.ndim, &p.shape, &p.numel))
-		return us_err_set(d->err, US_E_FORMAT, d->model[0].relpath,
-				  "frozen '%s': malformed shape", name);
-	for (uint32_t r = 0; r < d->world; r++) {
-		const struct ds_file *f = &d->model[r];
-		const struct us_pk *fr = us_pk_dict_get(us_pk_dict_get(f->ta.root,
-						"frozen_param_fragments"), name);
-		struct us_torch_tensor tt;
-		const char *why = "missing";
-
-		if (!fr || us_torch_match(fr, &tt, &why) != 1 || tt.ndim != 1 ||
-		    (tt.shape[0] > 1 && tt.strides[0] != 1) ||
-		    us_torch_extent(&f->ta, &tt, &segs[r].offset, &why) < 0)
-			return us_err_set(d->err, US_E_FORMAT, f->relpath,
-					  "frozen fragment '%s': %s", name,
-					  why ? why : "not 1-D contiguous");
-		if (r && tt.dtype != v.dtype)
-			return us_err_set(d->err, US_E_FORMAT, f->relpath,
-					  "frozen fragment '%s': dtype differs", name);
-		segs[r].file = f->file;
-		segs[r].numel = tt.shape[0];
-		v.dtype = tt.dtype;
-		v.numel += tt.shape[0];
-	}
-	if (v.numel < p.numel)
-		return us_err_set(d->err, US_E_FORMAT, d->model[0].relpath,
-				  "frozen '%s': fragments hold %llu of %llu elements",
-				  name, (unsigned long long)v.numel,
-				  (unsigned long long)p.numel);
-	{
-		struct us_tensor probe = { .ndim = p.ndim, .shape = p.shape };
-		uint32_t n = us_flat_count(&probe, &v, 0, p.numel, 0), next = 0;
-		struct us_tensor *t = us_sd_add_tensor(d->sd, name, v.dtype, p.ndim,
-						       p.shape, n, d->model[0].relpath,
-						       d->err);
-
-		if (!t)
-			return d->err ? d->err->status : US_E_NOMEM;
-		us_flat_place(t, &next, &v, 0, p.numel, 0);
-	}
-	return US_OK;
-}
-
 static enum us_status add_frozen(struct ds *d)
 {
 	const struct us_pk *shapes = us_pk_dict_get(d->ms, "frozen_param_shapes");
@@ -744,28 +483,16 @@ static enum us_status add_frozen(struct ds *d)
 			return us_err_set(d->err, US_E_FORMAT, d->model[0].relpath,
 					  "malformed frozen_param_shapes");
 		if (d->stage == 3) {
-			US_TRY(add_frozen_z3(d, k->u.str.s, shapes->coll->vals.v[i]));
+			US_TRY(us_ds_add_frozen_z3(d->sd, &d->arena, d->model, d->world,
+						   k->u.str.s, shapes->coll->vals.v[i],
+						   d->err));
 			continue;
 		}
 		if (!us_pk_dict_get(frags, k->u.str.s))
 			return us_err_set(d->err, US_E_FORMAT, d->model[0].relpath,
 					  "frozen '%s' has no fragment", k->u.str.s);
-		US_TRY(add_plain(d, &d->model[0], k->u.str.s,
-				 us_pk_dict_get(frags, k->u.str.s)));
-	}
-	return US_OK;
-}
-
-static enum us_status add_ties(struct ds *d)
-{
-	const struct us_pk *sp = us_pk_dict_get(d->ms, "shared_params");
-
-	for (size_t i = 0; us_pk_is_dictlike(sp) && i < sp->coll->keys.n; i++) {
-		const struct us_pk *k = sp->coll->keys.v[i], *v = sp->coll->vals.v[i];
-
-		if (k->kind == US_PK_STR && v->kind == US_PK_STR &&
-		    us_sd_add_alias(d->sd, k->u.str.s, v->u.str.s) != US_OK)
-			return us_err_set(d->err, US_E_NOMEM, ".", "out of memory");
+		US_TRY(us_ds_add_plain(d->sd, &d->model[0], k->u.str.s,
+				       us_pk_dict_get(frags, k->u.str.s), d->err));
 	}
 	return US_OK;
 }
@@ -776,37 +503,6 @@ static const struct us_pk *base_state(const struct ds *d)
 {
 	return us_pk_dict_get(d->osd[0], d->stage == 3 ? "optimizer_state_dict" :
 			      "base_optimizer_state");
-}
-
-/* param_groups of rank 0, "params" naming the parameters of each group. */
-static enum us_status optim_json(struct ds *d, const struct us_pk *groups)
-{
-	cJSON *tree = cJSON_CreateObject(), *jg = us_pk_to_json(groups), *g;
-	uint32_t gi = 0;
-
-	if (!tree || !jg || !cJSON_AddItemToObject(tree, "param_groups", jg)) {
-		cJSON_Delete(tree);
-		cJSON_Delete(jg);
-		return us_err_set(d->err, US_E_NOMEM, ".", "out of memory");
-	}
-	cJSON_ArrayForEach(g, jg) {
-		cJSON *names = cJSON_CreateArray();
-		char buf[4096];
-
-		for (uint32_t i = 0; names && i < d->nparams; i++) {
-			if (d->params[i].group != gi || strlen(d->params[i].name) >= sizeof(buf))
-				continue;
-			us_unwrap_name(d->params[i].name, d->sd->names, buf);
-			cJSON_AddItemToArray(names, cJSON_CreateString(buf));
-		}
-		if (names)
-			cJSON_ReplaceItemInObject(g, "params", names);
-		gi++;
-	}
-	d->sd->optim_json = cJSON_Print(tree);
-	cJSON_Delete(tree);
-	return d->sd->optim_json ? US_OK :
-	       us_err_set(d->err, US_E_NOMEM, ".", "out of memory");
 }
 
 static enum us_status add_optim(struct ds *d, const struct us_flat_vec *fp32)
@@ -837,7 +533,8 @@ static enum us_status add_optim(struct ds *d, const struct us_flat_vec *fp32)
 			US_TRY(add_param(d, o, name, &d->params[i], v));
 		}
 	}
-	return optim_json(d, us_pk_dict_get(base, "param_groups"));
+	return us_ds_optim_json(d->sd, us_pk_dict_get(base, "param_groups"),
+				d->params, d->nparams, d->err);
 }
 
 /* ---- the reader ------------------------------------------------------------- */
@@ -846,11 +543,14 @@ static enum us_status add_params(struct ds *d)
 {
 	struct us_flat_vec *v;
 
-	US_TRY(load_params(d));
+	US_TRY(us_ds_params(&d->arena, d->ms, d->model[0].relpath, &d->params,
+			    &d->nparams, &d->ngroups, d->err));
 	US_TRY(check_group_counts(d));
 	US_TRY(vectors(d, NULL, NULL, &v));
 	US_TRY(d->stage == 3 ? layout_z3(d, v) : layout_z2(d, v));
-	for (uint32_t i = 0; i < d->nparams; i++)
+	/* module: the weights come from the model states; the moments still
+	 * need the fp32 partitions' layout */
+	for (uint32_t i = 0; i < d->nparams && !d->module_weights; i++)
 		US_TRY(add_param(d, d->sd, d->params[i].name, &d->params[i], v));
 	US_TRY(add_optim(d, v));
 	return US_OK;
@@ -862,7 +562,7 @@ static enum us_status ds_read_all(struct ds *d)
 
 	strcpy(d->where, ".");
 	if (!has_model_states(d->dirfd)) {
-		if (!read_latest(d->dirfd, tag))
+		if (!us_ds_read_tag(d->dirfd, "latest", tag))
 			return us_err_set(d->err, US_E_FORMAT, "latest",
 					  "no checkpoint tag");
 		snprintf(d->prefix, sizeof(d->prefix), "%s/", tag);
@@ -872,16 +572,24 @@ static enum us_status ds_read_all(struct ds *d)
 	US_TRY(find_files(d));
 	US_TRY(open_optim(d));
 	US_TRY(open_model(d));
+	if (d->module_weights && d->stage == 3)
+		return us_ds_module_refusal(d->model[0].relpath, d->err);
 	US_TRY(add_params(d));
-	US_TRY(add_frozen(d));
-	US_TRY(add_buffers(d));
-	return add_ties(d);
+	if (d->module_weights)
+		US_TRY(us_ds_add_module(d->sd, &d->model[0], true, d->err));
+	else {
+		US_TRY(add_frozen(d));
+		US_TRY(us_ds_add_module(d->sd, &d->model[0], false, d->err));
+	}
+	return us_ds_add_ties(d->sd, d->ms, d->err);
 }
 
 static enum us_status ds_read(struct us_statedict *sd, int dirfd,
-			      const char *file, struct us_err *err)
+			      const char *file, const struct us_source_opts *opts,
+			      struct us_err *err)
 {
-	struct ds d = { .sd = sd, .dirfd = dirfd, .err = err };
+	struct ds d = { .sd = sd, .dirfd = dirfd, .err = err,
+			.module_weights = opts && opts->ds_weights == US_DS_WEIGHTS_MODULE };
 	enum us_status rc;
 
 	(void)file;

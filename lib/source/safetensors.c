@@ -293,8 +293,11 @@ static bool st_probe(int dirfd, const char *file)
 }
 
 static enum us_status st_read(struct us_statedict *sd, int dirfd,
-			      const char *file, struct us_err *err)
+			      const char *file,
+			      const struct us_source_opts *opts,
+			      struct us_err *err)
 {
+	(void)opts; /* no format options */
 	sd->format = "safetensors";
 	if (file)
 		return st_read_one(sd, dirfd, file, err);

@@ -12,6 +12,8 @@
 static const struct us_reader *const readers[] = {
 	&us_reader_dcp,
 	&us_reader_safetensors,
+	/* before deepspeed: a universal folder holds model states files too */
+	&us_reader_ds_universal,
 	&us_reader_deepspeed, /* before torch: a DeepSpeed dir holds .pt files */
 	&us_reader_torch,
 };
@@ -94,7 +96,7 @@ enum us_status us_source_open(const char *path,
 		goto fail;
 	}
 	sd->names = opts ? &opts->names : NULL;
-	rc = r->read(sd, dirfd, file, err);
+	rc = r->read(sd, dirfd, file, opts, err);
 	if (rc == US_OK)
 		rc = us_sd_resolve_aliases(sd, err);
 	if (rc == US_OK)

@@ -13,6 +13,12 @@
 #include "../names.h"
 #include "../ties.h"
 
+/* --deepspeed-weights: which weights a DeepSpeed checkpoint serves. */
+enum us_ds_weights {
+	US_DS_WEIGHTS_FP32 = 0, /* the fp32 master weights (default) */
+	US_DS_WEIGHTS_MODULE,   /* ZeRO-1/2: the 16-bit module state dict */
+};
+
 struct us_source_opts {
 	const char *format; /* "auto" (or NULL), "safetensors", ... */
 	struct us_names_opts names;
@@ -20,6 +26,7 @@ struct us_source_opts {
 	bool progress;      /* report long work (proving ties) on stderr */
 	bool cast;          /* --dtype other than keep: present floats as... */
 	enum us_dtype cast_to;
+	enum us_ds_weights ds_weights;
 };
 
 /*
@@ -27,18 +34,21 @@ struct us_source_opts {
  * SOURCE is the directory @dirfd.  probe() must only look at names and
  * headers; read() describes every tensor, opening the files it uses through
  * us_sd_open_file() and marking any other file it consumed (an index).
+ * @opts (NULL: defaults) carries the options a format has (ds_weights).
  */
 struct us_reader {
 	const char *name;
 	bool (*probe)(int dirfd, const char *file);
 	enum us_status (*read)(struct us_statedict *sd, int dirfd,
-			       const char *file, struct us_err *err);
+			       const char *file, const struct us_source_opts *opts,
+			       struct us_err *err);
 };
 
 extern const struct us_reader us_reader_safetensors;
 extern const struct us_reader us_reader_torch;
 extern const struct us_reader us_reader_dcp;
 extern const struct us_reader us_reader_deepspeed;
+extern const struct us_reader us_reader_ds_universal;
 
 /*
  * us_source_open - open @path (a file or a directory), read it with the

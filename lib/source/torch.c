@@ -466,8 +466,11 @@ static bool torch_probe(int dirfd, const char *file)
 }
 
 static enum us_status torch_read(struct us_statedict *sd, int dirfd,
-				 const char *file, struct us_err *err)
+				 const char *file,
+				 const struct us_source_opts *opts,
+				 struct us_err *err)
 {
+	(void)opts; /* no format options */
 	sd->format = "torch";
 	if (file)
 		return torch_read_checked(sd, dirfd, file, err);

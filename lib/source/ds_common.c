@@ -1,0 +1,321 @@
+/* ds_common.c - what the DeepSpeed readers share (ds_common.h). */
+#include "ds_common.h"
+
+#include <ctype.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../codec/pk2json.h"
+#include "../path.h"
+#include "deepspeed_flat.h"
+
+bool us_ds_read_tag(int dirfd, const char *name, char *tag)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	ssize_t n;
+
+	if (fd < 0)
+		return false;
+	n = read(fd, tag, US_DS_TAG_MAX);
+	close(fd);
+	if (n <= 0)
+		return false;
+	tag[n] = '\0';
+	while (n > 0 && isspace((unsigned char)tag[n - 1]))
+		tag[--n] = '\0';
+	return n > 0 && us_path_is_inside(tag) && !memchr(tag, '\n', (size_t)n);
+}
+
+bool us_ds_rank_name(const char *n, const char *kind, long *r, long *mp)
+{
+	char *end;
+
+	if (!strncmp(n, "bf16_", 5) || !strncmp(n, "fp16_", 5))
+		n += 5;
+	if (strncmp(n, "zero_pp_rank_", 13) || !isdigit((unsigned char)n[13]))
+		return false;
+	*r = strtol(n + 13, &end, 10);
+	if (strncmp(end, "_mp_rank_", 9) || !isdigit((unsigned char)end[9]))
+		return false;
+	*mp = strtol(end + 9, &end, 10);
+	return !strcmp(end, kind);
+}
+
+int us_ds_stage(const struct us_pk *p)
+{
+	static const char *const names[] = {"disabled", "optimizer_states",
+					    "gradients", "weights"};
+	const struct us_pk *a;
+
+	if (p && p->kind == US_PK_INT)
+		return (int)p->u.i;
+	if (!p || p->kind != US_PK_CALL)
+		return -1;
+	a = us_pk_at(p->u.call.args, 0);
+	if (a && a->kind == US_PK_INT)
+		return (int)a->u.i;
+	a = us_pk_at(p->u.call.args, 1);
+	for (int i = 0; a && a->kind == US_PK_STR && i < 4; i++)
+		if (!strcmp(a->u.str.s, names[i]))
+			return i;
+	return -1;
+}
+
+int64_t us_ds_partition_count(const struct us_pk *p)
+{
+	int64_t m = -1;
+
+	if (p && p->kind == US_PK_INT)
+		return p->u.i;
+	for (size_t i = 0; i < us_pk_len(p); i++) {
+		const struct us_pk *v = us_pk_at(p, i);
+
+		if (v->kind == US_PK_INT && v->u.i > m)
+			m = v->u.i;
+	}
+	return m;
+}
+
+enum us_status us_ds_open(struct us_statedict *sd, int dirfd,
+			  struct us_ds_file *f, struct us_arena *a,
+			  struct us_err *err)
+{
+	const char *why = NULL;
+
+	US_TRY(us_sd_open_file(sd, dirfd, f->relpath, &f->file, err));
+	if (us_torch_archive_open(&f->ta, sd->files[f->file].fd, 0,
+				  (uint64_t)sd->files[f->file].size, a, &why) < 0)
+		return us_err_set(err, US_E_FORMAT, f->relpath, "%s", why);
+	return US_OK;
+}
+
+bool us_ds_shape(struct us_arena *a, const struct us_pk *p, uint32_t *ndim,
+		 const uint64_t **shape, uint64_t *numel)
+{
+	uint64_t *s;
+
+	if (p && p->kind == US_PK_CALL && us_pk_global_named(p->u.call.fn, "Size"))
+		p = us_pk_at(p->u.call.args, 0);
+	if (!p || (p->kind != US_PK_TUPLE && p->kind != US_PK_LIST) ||
+	    us_pk_len(p) > US_MAX_NDIM)
+		return false;
+	*ndim = (uint32_t)us_pk_len(p);
+	s = us_arena_calloc(a, *ndim + 1, sizeof(*s));
+	if (!s)
+		return false;
+	for (uint32_t k = 0; k < *ndim; k++) {
+		const struct us_pk *v = us_pk_at(p, k);
+
+		if (v->kind != US_PK_INT || v->u.i < 0)
+			return false;
+		s[k] = (uint64_t)v->u.i;
+	}
+	*shape = s;
+	return us_numel(*ndim, s, numel);
+}
+
+enum us_status us_ds_params(struct us_arena *a, const struct us_pk *ms,
+			    const char *path, struct us_ds_param **out,
+			    uint32_t *n, uint32_t *ngroups, struct us_err *err)
+{
+	const struct us_pk *groups = us_pk_dict_get(ms, "param_shapes");
+	struct us_ds_param *params;
+	size_t total = 0;
+
+	*n = 0;
+	*ngroups = (uint32_t)us_pk_len(groups);
+	for (uint32_t g = 0; g < *ngroups; g++) {
+		if (!us_pk_is_dictlike(us_pk_at(groups, g)))
+			return us_err_set(err, US_E_FORMAT, path,
+					  "param_shapes[%u] is not a dict", g);
+		total += us_pk_at(groups, g)->coll->keys.n;
+	}
+	params = us_arena_calloc(a, total + 1, sizeof(*params));
+	if (!params)
+		return us_err_set(err, US_E_NOMEM, ".", "out of memory");
+	for (uint32_t g = 0; g < *ngroups; g++) {
+		const struct us_pk_coll *c = us_pk_at(groups, g)->coll;
+
+		for (size_t i = 0; i < c->keys.n; i++) {
+			struct us_ds_param *p = &params[(*n)++];
+
+			p->group = g;
+			p->name = c->keys.v[i]->kind == US_PK_STR ?
+				  c->keys.v[i]->u.str.s : NULL;
+			if (!p->name || !us_ds_shape(a, c->vals.v[i], &p->ndim,
+						     &p->shape, &p->numel))
+				return us_err_set(err, US_E_FORMAT, path,
+						  "malformed param_shapes entry");
+		}
+	}
+	*out = params;
+	return US_OK;
+}
+
+enum us_status us_ds_add_plain(struct us_statedict *sd,
+			       const struct us_ds_file *f, const char *name,
+			       const struct us_pk *v, struct us_err *err)
+{
+	struct us_torch_tensor tt;
+	const char *why = "not a tensor";
+	struct us_tensor *t;
+	uint64_t off;
+	int64_t *st;
+
+	if (us_torch_match(v, &tt, &why) != 1 ||
+	    us_torch_extent(&f->ta, &tt, &off, &why) < 0)
+		return us_err_set(err, US_E_FORMAT, f->relpath, "'%s': %s",
+				  name, why);
+	t = us_sd_add_whole_tensor(sd, name, tt.dtype, tt.ndim, tt.shape,
+				   f->file, off, err);
+	st = us_arena_calloc(&sd->arena, tt.ndim + 1, sizeof(*st));
+	if (!t || !st)
+		return us_err_set(err, US_E_NOMEM, f->relpath, "out of memory");
+	memcpy(st, tt.strides, tt.ndim * sizeof(*st));
+	t->chunks[0].src.strides = st;
+	if (!t->numel)
+		t->nchunks = 0;
+	return US_OK;
+}
+
+static bool listed(const struct us_pk *list, const char *name)
+{
+	for (size_t i = 0; i < us_pk_len(list); i++)
+		if (us_pk_is_str(us_pk_at(list, i), name))
+			return true;
+	return false;
+}
+
+enum us_status us_ds_add_module(struct us_statedict *sd,
+				const struct us_ds_file *f, bool all,
+				struct us_err *err)
+{
+	const struct us_pk *ms = f->ta.root;
+	const struct us_pk *mod = us_pk_dict_get(ms, "module");
+	const struct us_pk *names = us_pk_dict_get(ms, "buffer_names");
+	const struct us_pk *shared = us_pk_dict_get(ms, "shared_params");
+
+	if (all && !us_pk_is_dictlike(mod))
+		return us_err_set(err, US_E_FORMAT, f->relpath,
+				  "no module state dict");
+	for (size_t i = 0; us_pk_is_dictlike(mod) && i < mod->coll->keys.n; i++) {
+		const struct us_pk *k = mod->coll->keys.v[i];
+
+		if (k->kind != US_PK_STR)
+			continue;
+		/* the dropped name of a tie comes back as an alias */
+		if (all ? us_pk_dict_get(shared, k->u.str.s) != NULL :
+			  !listed(names, k->u.str.s))
+			continue;
+		US_TRY(us_ds_add_plain(sd, f, k->u.str.s, mod->coll->vals.v[i], err));
+	}
+	return US_OK;
+}
+
+enum us_status us_ds_add_frozen_z3(struct us_statedict *sd, struct us_arena *a,
+				   const struct us_ds_file *model, uint32_t world,
+				   const char *name, const struct us_pk *shape,
+				   struct us_err *err)
+{
+	struct us_flat_seg *segs = us_arena_calloc(a, world, sizeof(*segs));
+	struct us_flat_vec v = { .segs = segs, .nsegs = world };
+	struct us_tensor probe = {0}, *t;
+	uint32_t n, next = 0;
+	uint64_t numel;
+
+	if (!segs)
+		return us_err_set(err, US_E_NOMEM, ".", "out of memory");
+	if (!us_ds_shape(a, shape, &probe.ndim, &probe.shape, &numel))
+		return us_err_set(err, US_E_FORMAT, model[0].relpath,
+				  "frozen '%s': malformed shape", name);
+	for (uint32_t r = 0; r < world; r++) {
+		const struct us_ds_file *f = &model[r];
+		const struct us_pk *fr = us_pk_dict_get(us_pk_dict_get(f->ta.root,
+						"frozen_param_fragments"), name);
+		struct us_torch_tensor tt;
+		const char *why = "missing";
+
+		if (!fr || us_torch_match(fr, &tt, &why) != 1 || tt.ndim != 1 ||
+		    (tt.shape[0] > 1 && tt.strides[0] != 1) ||
+		    us_torch_extent(&f->ta, &tt, &segs[r].offset, &why) < 0)
+			return us_err_set(err, US_E_FORMAT, f->relpath,
+					  "frozen fragment '%s': %s", name,
+					  why ? why : "not 1-D contiguous");
+		if (r && tt.dtype != v.dtype)
+			return us_err_set(err, US_E_FORMAT, f->relpath,
+					  "frozen fragment '%s': dtype differs", name);
+		segs[r].file = f->file;
+		segs[r].numel = tt.shape[0];
+		v.dtype = tt.dtype;
+		v.numel += tt.shape[0];
+	}
+	if (v.numel < numel)
+		return us_err_set(err, US_E_FORMAT, model[0].relpath,
+				  "frozen '%s': fragments hold %llu of %llu elements",
+				  name, (unsigned long long)v.numel,
+				  (unsigned long long)numel);
+	n = us_flat_count(&probe, &v, 0, numel, 0);
+	t = us_sd_add_tensor(sd, name, v.dtype, probe.ndim, probe.shape, n,
+			     model[0].relpath, err);
+	if (!t)
+		return err ? err->status : US_E_NOMEM;
+	us_flat_place(t, &next, &v, 0, numel, 0);
+	return US_OK;
+}
+
+enum us_status us_ds_add_ties(struct us_statedict *sd, const struct us_pk *ms,
+			      struct us_err *err)
+{
+	const struct us_pk *sp = us_pk_dict_get(ms, "shared_params");
+
+	for (size_t i = 0; us_pk_is_dictlike(sp) && i < sp->coll->keys.n; i++) {
+		const struct us_pk *k = sp->coll->keys.v[i], *v = sp->coll->vals.v[i];
+
+		if (k->kind == US_PK_STR && v->kind == US_PK_STR &&
+		    us_sd_add_alias(sd, k->u.str.s, v->u.str.s) != US_OK)
+			return us_err_set(err, US_E_NOMEM, ".", "out of memory");
+	}
+	return US_OK;
+}
+
+enum us_status us_ds_module_refusal(const char *path, struct us_err *err)
+{
+	return us_err_set(err, US_E_UNSUPPORTED, path,
+			  "--deepspeed-weights=module: a ZeRO-3 module holds no "
+			  "weights (they are partitioned); use fp32");
+}
+
+enum us_status us_ds_optim_json(struct us_statedict *sd, const struct us_pk *groups,
+				const struct us_ds_param *params, uint32_t n,
+				struct us_err *err)
+{
+	cJSON *tree = cJSON_CreateObject(), *jg = us_pk_to_json(groups), *g;
+	uint32_t gi = 0;
+
+	if (!tree || !jg || !cJSON_AddItemToObject(tree, "param_groups", jg)) {
+		cJSON_Delete(tree);
+		cJSON_Delete(jg);
+		return us_err_set(err, US_E_NOMEM, ".", "out of memory");
+	}
+	cJSON_ArrayForEach(g, jg) {
+		cJSON *names = cJSON_CreateArray();
+		char buf[4096];
+
+		for (uint32_t i = 0; names && i < n; i++) {
+			if (params[i].group != gi || strlen(params[i].name) >= sizeof(buf))
+				continue;
+			us_unwrap_name(params[i].name, sd->names, buf);
+			cJSON_AddItemToArray(names, cJSON_CreateString(buf));
+		}
+		if (names)
+			cJSON_ReplaceItemInObject(g, "params", names);
+		gi++;
+	}
+	sd->optim_json = cJSON_Print(tree);
+	cJSON_Delete(tree);
+	return sd->optim_json ? US_OK :
+	       us_err_set(err, US_E_NOMEM, ".", "out of memory");
+}

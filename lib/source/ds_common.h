@@ -1,0 +1,102 @@
+/*
+ * ds_common.h - what the two DeepSpeed readers share: the ZeRO checkpoint
+ * reader (deepspeed.c) and the universal checkpoint reader (ds_universal.c).
+ *
+ * Both read a model states file (mp_rank_00_model_states.pt, or one
+ * zero_pp_rank_<r>_mp_rank_00_model_states.pt per rank under ZeRO-3) for the
+ * parameter list (param_shapes), the buffers and frozen parameters, the tied
+ * names (shared_params) and, with --deepspeed-weights=module, the 16-bit
+ * weights; and both name the optimizer's param_groups the same way.
+ */
+#ifndef US_DS_COMMON_H
+#define US_DS_COMMON_H
+
+#include "source.h"
+#include "torchpkl.h"
+
+#define US_DS_TAG_MAX 256    /* a tag ("global_step1000") longer is refused */
+
+/* One torch.save file of the checkpoint, parsed. */
+struct us_ds_file {
+	char *relpath;          /* relative to SOURCE */
+	uint32_t file;          /* index in sd->files */
+	struct us_torch_archive ta;
+	bool present;
+};
+
+/* One trainable parameter, in param_shapes order. */
+struct us_ds_param {
+	const char *name;
+	uint32_t group, ndim;
+	const uint64_t *shape;
+	uint64_t numel;
+	uint64_t off;           /* the ZeRO reader's offset in its flat vector */
+};
+
+/* us_ds_read_tag - the tag the file @name ("latest", "latest_universal")
+ * names, stripped; false if there is none or it could climb out. */
+bool us_ds_read_tag(int dirfd, const char *name, char *tag);
+
+/* us_ds_rank_name - "[bf16_|fp16_]zero_pp_rank_<r>_mp_rank_<mp><kind>"? */
+bool us_ds_rank_name(const char *n, const char *kind, long *r, long *mp);
+
+/* us_ds_stage - zero_stage: an int, or ZeroStageEnum pickled as Class(2)
+ * (Python < 3.12) or getattr(Class, "gradients"); -1 if neither. */
+int us_ds_stage(const struct us_pk *p);
+
+/* us_ds_partition_count - an int, or a list per group (ZeRO-2): the max;
+ * -1 if neither. */
+int64_t us_ds_partition_count(const struct us_pk *p);
+
+/* us_ds_open - open @f->relpath under @dirfd and parse its data.pkl. */
+enum us_status us_ds_open(struct us_statedict *sd, int dirfd,
+			  struct us_ds_file *f, struct us_arena *a,
+			  struct us_err *err);
+
+/* us_ds_shape - torch.Size((...)) or a tuple: ndim, shape (in @a), numel. */
+bool us_ds_shape(struct us_arena *a, const struct us_pk *p, uint32_t *ndim,
+		 const uint64_t **shape, uint64_t *numel);
+
+/* us_ds_params - the parameters of @ms's param_shapes (a list per param
+ * group of name -> shape), in order; @path names @ms in messages. */
+enum us_status us_ds_params(struct us_arena *a, const struct us_pk *ms,
+			    const char *path, struct us_ds_param **out,
+			    uint32_t *n, uint32_t *ngroups, struct us_err *err);
+
+/* us_ds_add_plain - the tensor @v of @f as @name (strides kept). */
+enum us_status us_ds_add_plain(struct us_statedict *sd,
+			       const struct us_ds_file *f, const char *name,
+			       const struct us_pk *v, struct us_err *err);
+
+/*
+ * us_ds_add_module - the entries of @f's "module" state dict: the buffers
+ * (those in buffer_names) when !@all; when @all every entry but the names
+ * shared_params drops (--deepspeed-weights=module under ZeRO-1/2, where
+ * module holds the 16-bit weights).
+ */
+enum us_status us_ds_add_module(struct us_statedict *sd,
+				const struct us_ds_file *f, bool all,
+				struct us_err *err);
+
+/* us_ds_add_frozen_z3 - ZeRO-3 frozen param @name: every rank's fragment
+ * (frozen_param_fragments of @model[0..world)), concatenated, truncated. */
+enum us_status us_ds_add_frozen_z3(struct us_statedict *sd, struct us_arena *a,
+				   const struct us_ds_file *model, uint32_t world,
+				   const char *name, const struct us_pk *shape,
+				   struct us_err *err);
+
+/* us_ds_add_ties - shared_params ({"dropped": "kept"}) as aliases. */
+enum us_status us_ds_add_ties(struct us_statedict *sd, const struct us_pk *ms,
+			      struct us_err *err);
+
+/* us_ds_module_refusal - --deepspeed-weights=module on ZeRO-3: its module
+ * holds empty placeholders, so there is nothing 16-bit to serve. */
+enum us_status us_ds_module_refusal(const char *path, struct us_err *err);
+
+/* us_ds_optim_json - sd->optim_json: @groups (param_groups) with each
+ * group's "params" replaced by its parameters' unwrapped names. */
+enum us_status us_ds_optim_json(struct us_statedict *sd, const struct us_pk *groups,
+				const struct us_ds_param *params, uint32_t n,
+				struct us_err *err);
+
+#endif /* US_DS_COMMON_H */
