@@ -162,6 +162,19 @@ static void raise_nofile(void)
 	}
 }
 
+/* --device: cuda[:N] as asked (checked by check_device); auto uses device 0
+ * when there is one, for the casts it speeds up (cast_read.c). */
+static void set_device(const char *device)
+{
+	if (!strncmp(device, "cuda", 4))
+		us_assemble_set_device(device[4] == ':' ? atoi(device + 5) : 0,
+				       false);
+	else if (!strcmp(device, "auto") && us_cuda_probe(NULL, 0) > 0)
+		us_assemble_set_device(0, true);
+	else
+		us_assemble_set_device(-1, false);
+}
+
 /* Read SOURCE and build everything the mount serves.  0 or an exit status. */
 static int prepare(const struct us_opts *o, struct mount_state *m)
 {
@@ -188,9 +201,8 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 		return refuse(&err);
 	if (o->inspect)
 		return 0;
-	/* auto stays on the CPU until a benchmark shows the device faster. */
-	us_assemble_set_device(!strncmp(o->device, "cuda", 4) ?
-			       (o->device[4] == ':' ? atoi(o->device + 5) : 0) : -1);
+	if (so.cast) /* only casts use a device: no probe otherwise */
+		set_device(o->device);
 	if (us_assemble_init(o->cache_size) < 0) {
 		us_err_set(&err, US_E_NOMEM, ".", "out of memory");
 		return refuse(&err);
@@ -256,14 +268,14 @@ static int check_mountpoint(const char *mnt)
  * auto falls back to the CPU silently (design.md). */
 static int check_device(const char *device)
 {
-	const char *why = "no such device";
+	char why[120];
 	int ndev, want = 0;
 
 	if (strncmp(device, "cuda", 4) != 0)
 		return 0;
 	if (device[4] == ':')
 		want = atoi(device + 5);
-	ndev = us_cuda_device_count(&why);
+	ndev = us_cuda_probe(why, sizeof(why)); /* this process stays CUDA-free */
 	if (want < ndev)
 		return 0;
 	fprintf(stderr, "unshardfs: --device=%s: %s (%d CUDA device%s)\n",

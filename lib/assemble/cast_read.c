@@ -21,19 +21,33 @@
 #define CAST_BLOCK_DEV (1u << 20)
 
 /* --device: -1 converts on the CPU, N on CUDA device N (with a fallback to
- * the CPU if the device fails).  auto is the CPU until a measurement shows
- * the device faster for some plan (docs/benchmarks.md). */
+ * the CPU if the device fails); auto_pick keeps the pairs that the device
+ * does not speed up on the CPU. */
 static int cast_device = -1;
+static bool cast_auto;
 
-void us_assemble_set_device(int dev)
+void us_assemble_set_device(int dev, bool auto_pick)
 {
 	cast_device = dev;
+	cast_auto = auto_pick;
+}
+
+/*
+ * Measured on an H200 (docs/gpu-results.txt, 16M elements per call): the
+ * device converts faster than one CPU thread for every pair but f64 -> f32,
+ * where the CPU's conversion is a single instruction per element and the
+ * device must move 12 bytes per element over PCIe.
+ */
+static bool device_pays(enum us_dtype from, enum us_dtype to)
+{
+	return !(from == US_DT_F64 && to == US_DT_F32);
 }
 
 static void convert(enum us_dtype from, enum us_dtype to, const void *src,
 		    void *dst, size_t n)
 {
-	if (cast_device < 0 || us_cuda_cast(cast_device, from, to, src, dst, n) < 0)
+	if (cast_device < 0 || (cast_auto && !device_pays(from, to)) ||
+	    us_cuda_cast(cast_device, from, to, src, dst, n) < 0)
 		us_cast(from, to, src, dst, n);
 }
 

@@ -25,6 +25,13 @@ extern "C" {
 int us_cuda_device_count(const char **why);
 
 /*
+ * us_cuda_probe - us_cuda_device_count() asked in a forked child, so that
+ * this process can still fork (daemonize) and use CUDA afterwards.  @why
+ * (@whylen bytes) receives the reason when the answer is 0.
+ */
+int us_cuda_probe(char *why, size_t whylen);
+
+/*
  * us_cuda_cast - convert @n elements (dtypes as enum us_dtype values) from
  * @src to @dst on device @dev: pinned staging, host-to-device copy, the cast
  * kernel and the copy back run on a per-thread stream.  Same results as

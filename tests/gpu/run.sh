@@ -101,13 +101,22 @@ done
 mkdir -p "$WORK/mnt"
 if [[ -e /dev/fuse ]] && "$US" -q "$WORK/ckpt1" "$WORK/mnt" 2>/dev/null; then
     fusermount3 -u "$WORK/mnt" 2>/dev/null || umount "$WORK/mnt"
-    for dev in cpu cuda cpu cuda; do
+    for dev in cpu cuda auto cpu cuda auto; do
         "$US" -q --dtype=bf16 --device=$dev "$WORK/ckpt1" "$WORK/mnt" || { FAIL=1; break; }
         t0=$(date +%s.%N)
         sum=$(sha256sum "$WORK/mnt/model.safetensors" | cut -c1-16)
         t1=$(date +%s.%N)
+        # The daemonized server must hold a CUDA context (a fork after CUDA
+        # initialisation would leave it silently on the CPU).
+        ctx=$(nvidia-smi --query-compute-apps=pid,process_name,used_memory \
+                  --format=csv,noheader 2>/dev/null | grep -c unshardfs)
         fusermount3 -u "$WORK/mnt" 2>/dev/null || umount "$WORK/mnt"
-        echo "mount Shard(1) fp32->bf16 $dev: $(gbps "$size" "$t0" "$t1") GB/s (sha256 $sum)"
+        echo "mount Shard(1) fp32->bf16 $dev: $(gbps "$size" "$t0" "$t1") GB/s" \
+             "(sha256 $sum, CUDA contexts held by the daemon: $ctx)"
+        if [[ $dev != cpu && $ctx -eq 0 ]]; then
+            echo "FAILED: the --device=$dev mount did not use the GPU"
+            FAIL=1
+        fi
     done
 else
     echo "mount benchmark skipped: FUSE cannot mount here"
