@@ -2,6 +2,7 @@
 #include "zstream.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include <zstd.h>
@@ -21,6 +22,34 @@ struct us_zstream {
 	bool done;
 };
 
+/*
+ * One decoder kept from the last closed stream.  A decoder is ~96 KiB plus
+ * its window buffers (window + block size for frames without a content
+ * size: megabytes), and every read of a zstd item opens a stream, so
+ * reusing one saves an allocation and the page faults of clearing it.
+ * One slot, swapped atomically: threads that find it empty make their own.
+ */
+static _Atomic(ZSTD_DCtx *) spare_dctx;
+
+static ZSTD_DCtx *dctx_get(void)
+{
+	ZSTD_DCtx *d = atomic_exchange(&spare_dctx, NULL);
+
+	if (d && ZSTD_isError(ZSTD_DCtx_reset(d, ZSTD_reset_session_and_parameters))) {
+		ZSTD_freeDCtx(d);
+		d = NULL;
+	}
+	return d ? d : ZSTD_createDCtx();
+}
+
+static void dctx_put(ZSTD_DCtx *d)
+{
+	ZSTD_DCtx *none = NULL;
+
+	if (d && !atomic_compare_exchange_strong(&spare_dctx, &none, d))
+		ZSTD_freeDCtx(d);
+}
+
 struct us_zstream *us_zstream_open(int fd, uint64_t off, uint64_t len)
 {
 	struct us_zstream *z = calloc(1, sizeof(*z));
@@ -30,9 +59,14 @@ struct us_zstream *us_zstream_open(int fd, uint64_t off, uint64_t len)
 	z->fd = fd;
 	z->in_off = off;
 	z->in_end = off + len; /* the caller checked it against the file */
+	/* An item smaller than zstd's suggested input size (128 KiB) needs no
+	 * more than itself: most items are small, and a zstd DCP checkpoint
+	 * opens one stream per item read. */
 	z->in_cap = ZSTD_DStreamInSize();
+	if (len && len < z->in_cap)
+		z->in_cap = (size_t)len;
 	z->in = malloc(z->in_cap);
-	z->dctx = ZSTD_createDCtx();
+	z->dctx = dctx_get();
 	if (!z->in || !z->dctx ||
 	    ZSTD_isError(ZSTD_DCtx_setParameter(z->dctx, ZSTD_d_windowLogMax,
 						US_ZSTREAM_WINDOWLOG_MAX))) {
@@ -46,7 +80,7 @@ void us_zstream_close(struct us_zstream *z)
 {
 	if (!z)
 		return;
-	ZSTD_freeDCtx(z->dctx);
+	dctx_put(z->dctx);
 	free(z->in);
 	free(z->scratch);
 	free(z);

@@ -3,10 +3,12 @@
  * range of a file (a DCP "stream.zstd/1" item: one frame, no content size,
  * no checksum, so its decoded size is only known by decoding it).
  *
- * Memory is fixed per stream: one input buffer (ZSTD_DStreamInSize), one
- * scratch buffer for skipping, and the decoder's window, which is capped at
- * 2^US_ZSTREAM_WINDOWLOG_MAX bytes; a frame that needs more fails on its
- * header (so at mount, where every item's head is decoded).
+ * Memory is fixed per stream: one input buffer (ZSTD_DStreamInSize, or the
+ * item's length when smaller), one scratch buffer for skipping, and the
+ * decoder's window, which is capped at 2^US_ZSTREAM_WINDOWLOG_MAX bytes; a
+ * frame that needs more fails on its header (so at mount, where every
+ * item's head is decoded).  The decoder of the last closed stream is kept
+ * for the next one (one slot for the process).
  */
 #ifndef US_ZSTREAM_H
 #define US_ZSTREAM_H
