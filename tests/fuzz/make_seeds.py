@@ -7,14 +7,17 @@ writes OUTDIR/<target>/<seed> for every target in tests/fuzz/meson.build:
   safetensors   every *.safetensors fixture up to 256 KiB
   index         every model.safetensors.index.json
   pickle        every data.pkl (of .bin/.pt files and of DCP items), every .metadata
+                and its cuts
   zip           every torch.save file, and the plain DCP items as archives of their own
   torch         every torch.save file (.bin/.pt/.pth) up to 256 KiB
   dcp_metadata  every DCP .metadata (fsdp2_2rank's is the valid one: the target
-                mounts its input beside fsdp2_2rank's .distcp files)
+                mounts its input beside fsdp2_2rank's .distcp files), and each cut
+                down to 1, 2 and 4 state_dict_metadata entries (small_metadata)
   dcp_zstd      b"\\0" + each item of the zstd fixture as stored (a zstd frame), and
                 b"\\1" + each plain DCP item (a decoded archive, compressed by the target)
 Nothing is written into the repository unless OUTDIR is inside it.
 """
+import copyreg
 import glob
 import hashlib
 import io
@@ -29,7 +32,10 @@ MAX_SEED = 256 << 10
 
 
 class _Stub:
-    """Any class a DCP .metadata pickle names: keeps its state, runs nothing."""
+    """Any class a DCP .metadata pickle names: keeps its state, runs nothing.
+
+    It pickles back as it was built (REDUCE with its arguments, or NEWOBJ and
+    BUILD), so a .metadata can be loaded, cut down and dumped again."""
 
     def __init__(self, *args, **kwargs):
         self.args = args
@@ -43,13 +49,66 @@ class _Stub:
     def __hash__(self):
         return id(self)
 
+    def __reduce_ex__(self, protocol):
+        state = self.__dict__.get("state")
+        if "args" in self.__dict__:
+            return (type(self), self.args) + ((state,) if state is not None else ())
+        return (copyreg.__newobj__, (type(self),), state)
+
 
 class _StubUnpickler(pickle.Unpickler):
+    classes = {}  # one class per (module, name), so that they pickle back
+
     def find_class(self, module, name):
         if module in ("collections", "builtins", "__builtin__") and name in (
                 "OrderedDict", "getattr", "set", "frozenset", "dict", "list", "tuple"):
             return super().find_class(module, name)
-        return type(name, (_Stub,), {"__module__": module})
+        key = (module, name)
+        if key not in self.classes:
+            self.classes[key] = type(name, (_Stub,), {"__module__": module})
+        return self.classes[key]
+
+
+class _StubPickler(pickle._Pickler):
+    """Writes a stub class as the global it was read from (no import)."""
+
+    def save_global(self, obj, name=None):
+        self.save(obj.__module__)
+        self.save(name or obj.__qualname__)
+        self.write(pickle.STACK_GLOBAL)
+        self.memoize(obj)
+
+
+def small_metadata(data, limit=48):
+    """Seeds of 1, 2 and 4 state_dict_metadata entries, cut from a .metadata.
+
+    The fuzzer's time per input grows with the pickle's size (a fixture's is
+    ~32 KiB; the VM dominates), so most mutations should start from a
+    .metadata of a few tensors (1-4 KiB) that still mounts: those entries,
+    their storage_data and planner_data, nothing else."""
+    md = _StubUnpickler(io.BytesIO(data)).load()
+    st = _state(md)
+    sdm, storage = st.get("state_dict_metadata"), st.get("storage_data")
+    if not isinstance(sdm, dict) or not isinstance(storage, dict):
+        return []
+    names = list(sdm)
+    cuts = [names[i:i + 1] for i in range(min(limit, len(names)))]
+    cuts += [names[i:i + k] for k in (2, 4) for i in range(0, len(names) - k + 1, k)]
+    out = []
+    for keep in cuts:
+        small = dict(st)
+        small["state_dict_metadata"] = {fqn: sdm[fqn] for fqn in keep}
+        small["storage_data"] = {k: v for k, v in storage.items()
+                                 if _state(k).get("fqn") in keep}
+        if isinstance(st.get("planner_data"), dict):
+            small["planner_data"] = {k: v for k, v in st["planner_data"].items()
+                                     if k in keep}
+        md.state = small
+        buf = io.BytesIO()
+        _StubPickler(buf, protocol=4).dump(md)
+        out.append(buf.getvalue())
+    md.state = st
+    return out
 
 
 def _state(obj):
@@ -118,6 +177,9 @@ def main(out):
             data = read(p)
             add("dcp_metadata", data)
             add("pickle", data)
+            for small in small_metadata(data):
+                add("dcp_metadata", small)
+                add("pickle", small)
             d = os.path.dirname(p)
             for rel, off, length, xf in dcp_items(d):
                 with open(os.path.join(d, rel), "rb") as f:
