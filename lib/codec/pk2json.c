@@ -11,7 +11,7 @@ static cJSON *convert_seq(const struct us_pk_seq *s, int depth, size_t *budget)
 {
 	cJSON *a = cJSON_CreateArray();
 
-	for (size_t i = 0; a && i < s->n; i++) {
+	for (size_t i = 0; a && i < s->n && *budget; i++) {
 		cJSON *v = convert(s->v[i], depth + 1, budget);
 
 		if (!v || !cJSON_AddItemToArray(a, v)) {
@@ -28,7 +28,7 @@ static cJSON *convert_dict(const struct us_pk *p, int depth, size_t *budget)
 	cJSON *o = cJSON_CreateObject();
 	char key[32];
 
-	for (size_t i = 0; o && p->coll && i < p->coll->keys.n; i++) {
+	for (size_t i = 0; o && p->coll && i < p->coll->keys.n && *budget; i++) {
 		const struct us_pk *k = p->coll->keys.v[i];
 		const char *name = k->kind == US_PK_STR ? k->u.str.s : key;
 		cJSON *v;
@@ -51,10 +51,15 @@ static cJSON *convert_dict(const struct us_pk *p, int depth, size_t *budget)
 static cJSON *convert(const struct us_pk *p, int depth, size_t *budget)
 {
 	/* The depth bound alone still allows 2^64 values through shared
-	 * (memoized) nodes: the budget bounds the total. */
-	if (!p || depth > MAX_DEPTH || *budget == 0)
+	 * (memoized) nodes: the budget bounds the total.  Every node made
+	 * costs one, nulls included, and containers end where it runs out:
+	 * a list that holds itself 20 times used to turn 2^20 values into
+	 * 20 * 2^20 nulls past the depth bound (found by fuzz_pickle). */
+	if (*budget == 0)
 		return cJSON_CreateNull();
 	--*budget;
+	if (!p || depth > MAX_DEPTH)
+		return cJSON_CreateNull();
 	switch (p->kind) {
 	case US_PK_BOOL: return cJSON_CreateBool(p->u.b);
 	case US_PK_INT: return cJSON_CreateNumber((double)p->u.i);

@@ -17,8 +17,9 @@
 cJSON *us_pk_to_json(const struct us_pk *p);
 
 /*
- * us_pk_to_json_budget - the same, converting at most *@budget values (each
- * one converted decrements it; past it, values become null).  A pickle's
+ * us_pk_to_json_budget - the same, making at most *@budget JSON values
+ * (each one made, null included, decrements it; where it runs out the value
+ * is null and the lists and objects around it end early).  A pickle's
  * memo lets a few hundred bytes describe a DAG whose tree is exponentially
  * large ({"a": x, "b": x} nested 64 deep), so a walk that follows it needs
  * a bound; callers converting several values of one checkpoint share one

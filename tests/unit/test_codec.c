@@ -1,8 +1,11 @@
 /* test_codec.c - JSON parsing limits, UTF-8, escaping, metadata paths. */
 #include <string.h>
 
+#include "arena.h"
 #include "codec/json.h"
 #include "codec/jsonw.h"
+#include "codec/pickle.h"
+#include "codec/pk2json.h"
 #include "harness.h"
 #include "path.h"
 
@@ -91,6 +94,45 @@ static void test_paths(void)
 	CHECK(!us_path_has_suffix(".safetensors", ".safetensors"));
 }
 
+static size_t json_nodes(const cJSON *j)
+{
+	size_t n = 1;
+
+	for (const cJSON *c = j->child; c; c = c->next)
+		n += json_nodes(c);
+	return n;
+}
+
+/* A list that holds itself 20 times (found by fuzz_pickle: 2^20 values
+ * made 20 * 2^20 nulls past the depth bound, 10 s and 700 MiB): the budget
+ * bounds every node made, nulls included. */
+static void test_pk2json_budget(void)
+{
+	unsigned char pk[64] = "\x80\x02]q\x00(";
+	size_t len = 6, used = 0, budget = 1000;
+	struct us_pk *root = NULL;
+	const char *why = NULL;
+	struct us_arena a;
+	cJSON *j;
+
+	for (int i = 0; i < 20; i++) {
+		pk[len++] = 'h';
+		pk[len++] = 0;
+	}
+	pk[len++] = 'e';
+	pk[len++] = '.';
+	us_arena_init(&a);
+	CHECK(us_pickle_load(pk, len, &a, &root, &used, &why) == 0);
+	j = us_pk_to_json_budget(root, &budget);
+	CHECK(j != NULL && budget == 0);
+	CHECK(j && json_nodes(j) <= 1000);
+	cJSON_Delete(j);
+	j = us_pk_to_json_budget(root, &budget); /* spent: one null */
+	CHECK(j && cJSON_IsNull(j));
+	cJSON_Delete(j);
+	us_arena_free(&a);
+}
+
 int main(void)
 {
 	RUN(test_json_strict);
@@ -98,5 +140,6 @@ int main(void)
 	RUN(test_utf8);
 	RUN(test_jsonw_escape);
 	RUN(test_paths);
+	RUN(test_pk2json_budget);
 	TEST_MAIN_END();
 }
