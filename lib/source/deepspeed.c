@@ -79,9 +79,10 @@ static bool ds_probe(int dirfd, const char *file)
 		return true;
 	if (!us_ds_read_tag(dirfd, "latest", tag))
 		return false;
+	/* "latest" naming nothing: ours, so that the refusal says so */
 	d = openat(dirfd, tag, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (d < 0)
-		return false;
+		return faccessat(dirfd, tag, F_OK, 0) != 0;
 	yes = has_model_states(d);
 	close(d);
 	return yes;
@@ -155,7 +156,7 @@ static enum us_status find_files(struct ds *d)
 
 	if (tdir < 0)
 		return us_err_set(d->err, US_E_FORMAT, "latest",
-				  "names a missing directory '%s'", d->prefix);
+				  "names a missing directory '%s'", d->where);
 	if (us_dirlist(tdir, &names, &n) != US_OK) {
 		close(tdir);
 		return us_err_set(d->err, US_E_IO, d->where, "cannot list it");
@@ -242,7 +243,8 @@ static enum us_status open_model(struct ds *d)
 {
 	uint32_t want = d->stage == 3 ? d->world : 1;
 
-	if (d->nmodel != want)
+	/* fewer: the loop names the first missing rank's file */
+	if (d->nmodel > want || !d->nmodel)
 		return us_err_set(d->err, US_E_FORMAT,
 				  d->nmodel ? d->model[0].relpath : d->where,
 				  "%u model states files for ZeRO-%d with %u ranks",

@@ -64,23 +64,16 @@ static bool is_universal(int dirfd)
 static bool uc_probe(int dirfd, const char *file)
 {
 	char tag[US_DS_TAG_MAX + 1];
-	bool yes;
-	int d;
 
 	if (file)
 		return false;
 	if (is_universal(dirfd))
 		return true;
-	/* a root with both: "latest" is what DeepSpeed loads by default */
-	if (faccessat(dirfd, "latest", F_OK, 0) == 0 ||
-	    !us_ds_read_tag(dirfd, "latest_universal", tag))
-		return false;
-	d = openat(dirfd, tag, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (d < 0)
-		return false;
-	yes = is_universal(d);
-	close(d);
-	return yes;
+	/* a root with both: "latest" is what DeepSpeed loads by default.  A
+	 * root with only latest_universal is ours even when what it names is
+	 * broken: the refusal then says what is missing. */
+	return faccessat(dirfd, "latest", F_OK, 0) != 0 &&
+	       us_ds_read_tag(dirfd, "latest_universal", tag);
 }
 
 /* "<prefix><a><b>" in the arena (NULL when out of memory). */
@@ -228,6 +221,14 @@ static enum us_status open_optim(struct uc *u)
 				  "zero_stage %d, but %s model states files", stage,
 				  u->z3 ? "ZeRO-3" : "ZeRO-1/2");
 	pc = us_ds_partition_count(us_pk_dict_get(root, "partition_count"));
+	if (u->z3 && pc > (int64_t)u->nmodel && pc <= UC_MAX_RANKS) {
+		char buf[96];
+
+		snprintf(buf, sizeof(buf), "zero_pp_rank_%u_mp_rank_00_"
+			 "model_states.pt", u->nmodel);
+		return us_err_set(u->err, US_E_FORMAT, relpath(u, buf, ""),
+				  "missing (partition_count is %lld)", (long long)pc);
+	}
 	if (u->z3 && pc != (int64_t)u->nmodel)
 		return us_err_set(u->err, US_E_FORMAT, u->optim.relpath,
 				  "partition_count is %lld but %u model states "
