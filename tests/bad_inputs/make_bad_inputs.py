@@ -159,6 +159,12 @@ def rezip(data, replace=None, drop=()):
     return out.getvalue()
 
 
+def data_record(data, rec):
+    """The bytes of record @rec ("data/0") of a torch.save archive."""
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        return z.read(next(n for n in z.namelist() if n.endswith("/" + rec)))
+
+
 def data_pkl(data):
     with zipfile.ZipFile(io.BytesIO(data)) as z:
         name = [n for n in z.namelist() if n.endswith("/data.pkl")][0]
@@ -926,6 +932,201 @@ def zstd_file_truncated(root):
     p = os.path.join(src, "__0_0.distcp")
     truncate(p, os.path.getsize(p) // 2)
     return dict(source="src", path="__0_0.distcp", why="zstd data file cut in half")
+
+
+# ---------------------------------------------------------------- DeepSpeed ZeRO
+
+def ds_copy(root, name):
+    """tests/fixtures/deepspeed/<name> at root/src; returns (src, its tag directory)."""
+    src = copy_fixture(os.path.join("deepspeed", name), root)
+    return src, os.path.join(src, "global_step2")
+
+
+@case
+def ds_missing_rank_optim(root):
+    src, step = ds_copy(root, "z2_3rank_bf16")
+    os.unlink(os.path.join(step, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"))
+    return dict(source="src", path="global_step2/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt",
+                why="the middle rank's optim file missing")
+
+
+@case
+def ds_missing_last_rank_optim(root):
+    src, step = ds_copy(root, "z2_3rank_bf16")
+    os.unlink(os.path.join(step, "bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt"))
+    return dict(source="src", path="global_step2/bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt",
+                why="the last rank's optim file missing (only partition_count tells)")
+
+
+@case
+def ds_partition_count_disagrees(root):
+    src, step = ds_copy(root, "z3_2rank")
+    shutil.copy(os.path.join(FIX, "deepspeed", "z3_3rank_bf16", "global_step2",
+                             "bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt"),
+                os.path.join(step, "zero_pp_rank_2_mp_rank_00_optim_states.pt"))
+    return dict(source="src", path=("global_step2/zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                                    "global_step2/zero_pp_rank_2_mp_rank_00_optim_states.pt"),
+                why="a 3-rank run's rank file beside a 2-rank run's (partition_count 2 vs 3 files)")
+
+
+@case
+def ds_two_files_one_rank(root):
+    src, step = ds_copy(root, "z2_2rank")
+    shutil.copy(os.path.join(step, "zero_pp_rank_0_mp_rank_00_optim_states.pt"),
+                os.path.join(step, "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"))
+    return dict(source="src", path=("global_step2/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                                    "global_step2/zero_pp_rank_0_mp_rank_00_optim_states.pt"),
+                why="bf16_ and plain optim files for rank 0")
+
+
+@case
+def ds_optim_truncated(root):
+    src, step = ds_copy(root, "z2_2rank")
+    p = os.path.join(step, "zero_pp_rank_1_mp_rank_00_optim_states.pt")
+    truncate(p, os.path.getsize(p) // 2)
+    return dict(source="src", path="global_step2/zero_pp_rank_1_mp_rank_00_optim_states.pt",
+                why="a rank's optim file cut in half")
+
+
+@case
+def ds_partition_record_short(root):
+    """The largest storage record of rank 1's optim file (an fp32 partition or a moment)
+    4 bytes short: the partition no longer holds what the pickle says."""
+    src, step = ds_copy(root, "z3_2rank")
+    p = os.path.join(step, "zero_pp_rank_1_mp_rank_00_optim_states.pt")
+    data = read(p)
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        rec = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+        short = z.read(rec.filename)[:-4]
+    write(p, rezip(data, replace={rec.filename.split("/", 1)[1]: short}))
+    return dict(source="src", path="global_step2/zero_pp_rank_1_mp_rank_00_optim_states.pt",
+                why="a partition's storage record 4 bytes short")
+
+
+@case
+def ds_model_states_truncated(root):
+    src, step = ds_copy(root, "z3_2rank")
+    p = os.path.join(step, "zero_pp_rank_1_mp_rank_00_model_states.pt")
+    truncate(p, os.path.getsize(p) - 30)
+    return dict(source="src", path="global_step2/zero_pp_rank_1_mp_rank_00_model_states.pt",
+                why="a ZeRO-3 model states file 30 bytes short (its end record gone)")
+
+
+@case
+def ds_missing_model_states_z3(root):
+    src, step = ds_copy(root, "z3_3rank_bf16")
+    os.unlink(os.path.join(step, "zero_pp_rank_1_mp_rank_00_model_states.pt"))
+    return dict(source="src", path="global_step2/zero_pp_rank_1_mp_rank_00_model_states.pt",
+                why="a ZeRO-3 rank's model states file missing")
+
+
+@case
+def ds_latest_names_missing(root):
+    src, step = ds_copy(root, "z2_2rank")
+    write(os.path.join(src, "latest"), b"global_step9")
+    return dict(source="src", path="latest", why="latest names a tag directory that is not there")
+
+
+@case
+def ds_tensor_parallel(root):
+    src, step = ds_copy(root, "z2_2rank")
+    shutil.copy(os.path.join(step, "mp_rank_00_model_states.pt"),
+                os.path.join(step, "mp_rank_01_model_states.pt"))
+    return dict(source="src", path="global_step2/mp_rank_01_model_states.pt",
+                why="a second tensor-parallel rank (unsupported)")
+
+
+@case
+def ds_module_weights_zero3(root):
+    src, step = ds_copy(root, "z3_2rank")
+    return dict(source="src", opts=["--deepspeed-weights=module"],
+                path="global_step2/zero_pp_rank_0_mp_rank_00_model_states.pt",
+                why="--deepspeed-weights=module on ZeRO-3 (its module holds no weights)")
+
+
+# ---------------------------------------------------------------- DeepSpeed universal
+
+def uc_copy(root, name="uc_z3_2rank"):
+    """A universal fixture at root/src; returns (src, its <tag>_universal folder)."""
+    src = copy_fixture(os.path.join("deepspeed", name), root)
+    return src, os.path.join(src, "global_step2_universal")
+
+
+UC = "global_step2_universal/"
+
+
+@case
+def uc_missing_fp32(root):
+    src, uc = uc_copy(root)
+    os.unlink(os.path.join(uc, "zero", "cube", "fp32.pt"))
+    return dict(source="src", path=UC + "zero/cube/fp32.pt", why="a param's fp32.pt missing")
+
+
+@case
+def uc_truncated_fp32(root):
+    src, uc = uc_copy(root, "uc_z2_3rank_bf16")
+    p = os.path.join(uc, "zero", "body.weight", "fp32.pt")
+    truncate(p, os.path.getsize(p) // 2)
+    return dict(source="src", path=UC + "zero/body.weight/fp32.pt", why="a param's fp32.pt cut in half")
+
+
+@case
+def uc_fp32_record_short(root):
+    src, uc = uc_copy(root)
+    p = os.path.join(uc, "zero", "cube", "fp32.pt")
+    data = read(p)
+    write(p, rezip(data, replace={"data/0": data_record(data, "data/0")[:-4]}))
+    return dict(source="src", path=UC + "zero/cube/fp32.pt", why="fp32.pt's storage record 4 bytes short")
+
+
+@case
+def uc_fp32_wrong_numel(root):
+    src, uc = uc_copy(root)
+    shutil.copy(os.path.join(uc, "zero", "body.bias", "fp32.pt"),
+                os.path.join(uc, "zero", "cube", "fp32.pt"))
+    return dict(source="src", path=UC + "zero/cube/fp32.pt",
+                why="another param's fp32.pt: its numel disagrees with param_shapes")
+
+
+@case
+def uc_missing_exp_avg(root):
+    src, uc = uc_copy(root)
+    os.unlink(os.path.join(uc, "zero", "cube", "exp_avg.pt"))
+    return dict(source="src", path=UC + "zero/cube/exp_avg.pt",
+                why="one param's exp_avg.pt missing while the others have theirs")
+
+
+@case
+def uc_missing_optimizer_state(root):
+    src, uc = uc_copy(root)
+    os.unlink(os.path.join(uc, "zero", "optimizer_state.pt"))
+    return dict(source="src", path=UC + "zero/optimizer_state.pt",
+                why="zero/optimizer_state.pt missing")
+
+
+@case
+def uc_optimizer_state_truncated(root):
+    src, uc = uc_copy(root)
+    p = os.path.join(uc, "zero", "optimizer_state.pt")
+    truncate(p, os.path.getsize(p) // 2)
+    return dict(source="src", path=UC + "zero/optimizer_state.pt",
+                why="zero/optimizer_state.pt cut in half")
+
+
+@case
+def uc_missing_model_states_rank(root):
+    src, uc = uc_copy(root)
+    os.unlink(os.path.join(uc, "zero_pp_rank_1_mp_rank_00_model_states.pt"))
+    return dict(source="src", path=UC + "zero_pp_rank_1_mp_rank_00_model_states.pt",
+                why="the last ZeRO-3 model states file missing (only partition_count tells)")
+
+
+@case
+def uc_latest_names_missing(root):
+    src, uc = uc_copy(root)
+    shutil.rmtree(uc)
+    return dict(source="src", path="latest_universal",
+                why="latest_universal names a folder that is not there")
 
 
 # ---------------------------------------------------------------- driver

@@ -1,7 +1,11 @@
 """DeepSpeed ZeRO checkpoints written by real DeepSpeed (tests/fixtures/deepspeed/, made by
 tests/fixtures/make_deepspeed_fixtures.py), mounted and read back with the real clients.
 Every view must equal, byte for byte, what DeepSpeed's own
-get_fp32_state_dict_from_zero_checkpoint computes (tests/fixtures/deepspeed/_ref/)."""
+get_fp32_state_dict_from_zero_checkpoint computes (tests/fixtures/deepspeed/_ref/).
+Universal checkpoints (uc_*, written by DeepSpeed's ds_to_universal) must equal what
+DeepSpeed's own universal load (load_universal) puts in a fresh engine; with
+--deepspeed-weights=module a ZeRO-1/2 mount must equal torch.load of the `module` state
+dict, bit for bit."""
 import gc
 import os
 import re
@@ -19,7 +23,9 @@ from torchref import compare  # noqa: E402
 
 DS = os.path.join(FIXTURES, "deepspeed")
 REF = os.path.join(DS, "_ref")
-CASES = ["z2_2rank", "z2_3rank_bf16", "z3_2rank", "z3_3rank_bf16"]
+ZERO_CASES = ["z2_2rank", "z2_3rank_bf16", "z3_2rank", "z3_3rank_bf16"]
+UC_CASES = ["uc_z2_3rank_bf16", "uc_z3_2rank"]  # ds_to_universal of z2_3rank_bf16, z3_2rank
+CASES = ZERO_CASES + UC_CASES
 DSVENV_PY = "/tmp/dsvenv/bin/python"
 
 
@@ -99,6 +105,109 @@ def test_tag_directory_itself_mounts():
     assert set(got) == set(ref) - {"head.weight"}
 
 
+# ---------------------------------------------------------------- universal checkpoints
+
+def _model(mnt):
+    from safetensors import safe_open
+    with safe_open(os.path.join(mnt, "model.safetensors"), framework="pt") as f:
+        meta = f.metadata() or {}
+        got = {k: f.get_tensor(k).clone() for k in f.keys()}
+    gc.collect()
+    return got, meta
+
+
+@pytest.mark.parametrize("name", UC_CASES)
+def test_universal_folder_itself_mounts(name):
+    ref, ties = load_ref(name)
+    with mount(os.path.join(DS, name, "global_step2_universal")) as mnt:
+        got, meta = _model(mnt)
+        # the files the checkpoint is made of are not passed through (their folders
+        # stay, empty, as the ZeRO tag directory does)
+        files = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(mnt, "zero")) for f in fs]
+        assert files == [], files
+    compare(got, ref, ties, meta, what=f"{name}/global_step2_universal")
+
+
+def test_universal_serves_the_dropped_names_as_deepspeed_loads_them():
+    """ds_to_universal writes zero/<name>/fp32.pt for the tied head.weight and the buffers
+    too (upcast from the module); DeepSpeed's loader ignores them: head.weight is
+    embed.weight (shared_params) and the int64 buffer stays int64."""
+    with mount(os.path.join(DS, "uc_z2_3rank_bf16")) as mnt:
+        got, meta = _model(mnt)
+    assert meta.get("head.weight") == "embed.weight"
+    assert got["count"].dtype == torch.int64
+
+
+def test_root_with_latest_and_latest_universal(tmp_path):
+    """ds_to_universal leaves `latest` (the ZeRO checkpoint, what DeepSpeed loads by
+    default) beside `latest_universal`: the root serves the former unless
+    --format=deepspeed-universal asks for the latter."""
+    root = str(tmp_path / "ckpt")
+    shutil.copytree(os.path.join(DS, "z3_2rank"), root)
+    shutil.copytree(os.path.join(DS, "uc_z3_2rank", "global_step2_universal"),
+                    os.path.join(root, "global_step2_universal"))
+    shutil.copy(os.path.join(DS, "uc_z3_2rank", "latest_universal"), root)
+    for opts, name in (((), "z3_2rank"), (("--format=deepspeed-universal",), "uc_z3_2rank")):
+        ref, ties = load_ref(name)
+        with mount(root, *opts) as mnt:
+            got, meta = _model(mnt)
+        compare(got, ref, ties, meta, what=f"{name} via the root {opts}")
+
+
+# ---------------------------------------------------------------- --deepspeed-weights=module
+
+def _module_state(name):
+    sd = torch.load(os.path.join(DS, name, "global_step2", "mp_rank_00_model_states.pt"),
+                    map_location="cpu", weights_only=False)
+    return sd["module"]
+
+
+@pytest.mark.parametrize("name", ["z2_2rank", "z2_3rank_bf16", "uc_z2_3rank_bf16"])
+def test_module_weights_equal_torch_load(name):
+    src = name if not name.startswith("uc_") else name[3:]
+    want = _module_state(src)
+    with mount(os.path.join(DS, name), "--deepspeed-weights=module") as mnt:
+        got, meta = _model(mnt)
+        bin_sd = torch.load(os.path.join(mnt, "pytorch_model.bin"), weights_only=True)
+        copies = {k: v.clone() for k, v in bin_sd.items()}
+        del bin_sd
+        gc.collect()
+    assert meta.get("head.weight") == "embed.weight" and set(got) == set(want) - {"head.weight"}
+    assert set(copies) == set(want)
+    for k, v in want.items():
+        for view, t in (("model.safetensors", got.get(k, got["embed.weight"])), ("bin", copies[k])):
+            assert t.dtype == v.dtype and t.shape == v.shape, (name, view, k, t.dtype, v.dtype)
+            # bits, not values: bf16/fp16 compare exactly as stored
+            a = v.contiguous().view(torch.uint8) if v.numel() else v
+            b = t.contiguous().view(torch.uint8) if t.numel() else t
+            assert torch.equal(a, b), (name, view, k)
+    if "bf16" in name:
+        assert want["cube"].dtype == torch.bfloat16
+
+
+def test_module_weights_keep_the_moments():
+    from safetensors.torch import load_file
+    want, _ = load_ref("z2_3rank_bf16", ".optimizer")
+    with mount(os.path.join(DS, "z2_3rank_bf16"), "--deepspeed-weights=module") as mnt:
+        got = {k: v.clone() for k, v in load_file(os.path.join(mnt, "optimizer.safetensors")).items()}
+        gc.collect()
+    compare(got, want, [], require_all=True, what="module optimizer.safetensors")
+
+
+@pytest.mark.parametrize("name", ["z3_2rank", "uc_z3_2rank"])
+def test_module_weights_refused_for_zero3(name):
+    path, reason = refuse(os.path.join(DS, name), "--deepspeed-weights=module")
+    assert path.endswith("zero_pp_rank_0_mp_rank_00_model_states.pt") and "ZeRO-3" in reason, \
+        (path, reason)
+
+
+def test_deepspeed_weights_bad_value_is_a_usage_error():
+    from conftest import BINARY
+    r = subprocess.run([BINARY, "inspect", "--deepspeed-weights=fp16", os.path.join(DS, "z2_2rank")],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "--deepspeed-weights" in r.stderr, r
+
+
 # ---------------------------------------------------------------- refusals
 
 def _broken(name, tmp):
@@ -142,6 +251,38 @@ def test_truncated_optim_file_refused(tmp_path):
         f.truncate(os.path.getsize(p) // 2)
     path, _reason = refuse(src)
     assert path == "global_step2/zero_pp_rank_1_mp_rank_00_optim_states.pt", path
+
+
+def _broken_uc(name, tmp):
+    dst = os.path.join(tmp, name)
+    shutil.copytree(os.path.join(DS, name), dst)
+    return dst, os.path.join(dst, "global_step2_universal")
+
+
+def test_universal_missing_fp32_refused(tmp_path):
+    src, step = _broken_uc("uc_z3_2rank", str(tmp_path))
+    os.unlink(os.path.join(step, "zero", "cube", "fp32.pt"))
+    path, reason = refuse(src)
+    assert path == "global_step2_universal/zero/cube/fp32.pt" and "missing" in reason, (path, reason)
+
+
+def test_universal_truncated_fp32_refused(tmp_path):
+    src, step = _broken_uc("uc_z2_3rank_bf16", str(tmp_path))
+    p = os.path.join(step, "zero", "body.weight", "fp32.pt")
+    with open(p, "r+b") as f:
+        f.truncate(os.path.getsize(p) // 2)
+    path, _reason = refuse(src)
+    assert path == "global_step2_universal/zero/body.weight/fp32.pt", path
+
+
+def test_universal_wrong_numel_refused(tmp_path):
+    """A param's fp32.pt swapped for another param's: its numel disagrees with param_shapes."""
+    src, step = _broken_uc("uc_z3_2rank", str(tmp_path))
+    shutil.copy(os.path.join(step, "zero", "body.bias", "fp32.pt"),
+                os.path.join(step, "zero", "cube", "fp32.pt"))
+    path, reason = refuse(src)
+    assert path == "global_step2_universal/zero/cube/fp32.pt" and "param_shapes" in reason, \
+        (path, reason)
 
 
 def test_missing_tag_directory_refused(tmp_path):
