@@ -41,6 +41,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 # ---------------------------------------------------------------- 1. system packages
 PACKAGES=(build-essential meson ninja-build pkg-config fuse3 libfuse3-dev libcjson-dev
           libzstd-dev python3-venv attr strace rsync valgrind
+          man-db  # `man unshardfs` after meson install (tests/integration/test_install.py)
           clang libclang-rt-14-dev)  # clang + libFuzzer runtime: build-fuzz/ (Debian 12)
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -2,12 +2,20 @@
 
 `meson install --destdir` into a temporary directory (never the real system), then:
 mount.fuse3 with that bin on PATH (what `mount -t fuse.unshardfs` runs), mount(8) itself
-(`-t fuse` with the program named in the source field: mount(8) gives helpers a standard
-PATH, so `-t fuse.unshardfs` needs the binary installed in /usr/local/bin or /usr/bin),
-an fstab line through `mount -a -T <tmp fstab>` (the real /etc/fstab is not touched),
-and the man page rendering.
+(`-t fuse` with the program named in the source field), an fstab line through
+`mount -a -T <tmp fstab>` (the real /etc/fstab is not touched), and the man page.
+
+mount(8) runs mount.fuse3 with a standard PATH (util-linux resets it; a PATH that names
+the build directory does not reach the helper), so `mount -t fuse.unshardfs` and
+`man unshardfs` need what a real `meson install` gives: the binary in /usr/local/bin and
+the page in /usr/local/share/man. Those tests run in a private mount namespace
+(`unshare --mount`) in which the --destdir tree's bin/ and share/man/ are bind-mounted
+over /usr/local/bin and /usr/local/share/man: the installed files at the default prefix,
+as on a fresh machine after `meson install`, while the host sees neither the binds nor
+the FUSE mounts made inside.
 """
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -117,16 +125,91 @@ def test_mount8_program_in_source_field(installed, mnt):
     check_served(mnt)
 
 
-def test_mount8_type_fuse_unshardfs_when_on_standard_path(installed, mnt):
+UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"
+
+
+def in_installed_namespace(installed, script, mnt=None, timeout=60):
+    """Run the sh @script in a new mount namespace where the installed tree is at the
+    default prefix (see the module docstring); an @mnt still mounted at the end is
+    unmounted before the namespace goes. Returns the CompletedProcess."""
     need_root_mount()
-    std = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    if not shutil.which("unshardfs", path=std):
-        pytest.skip("unshardfs is not installed on mount(8)'s PATH (a real meson install)")
-    r = subprocess.run(["mount", "-t", "fuse.unshardfs", SOURCES["sample"], mnt, "-o", "ro"],
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r.stderr
-    wait_mounted(mnt)
-    check_served(mnt)
+    bindir = os.path.dirname(installed["unshardfs"])
+    page = next(p for n, p in installed.items() if n.startswith("unshardfs.1"))
+    mandir = os.path.dirname(os.path.dirname(page))  # <prefix>/share/man
+    q = shlex.quote
+    pre = ["set -e"]
+    if mnt:
+        pre.append(f"trap 'mountpoint -q {q(mnt)} && fusermount3 -u {q(mnt)}; true' EXIT")
+    pre.append(f"mount --bind {q(bindir)} /usr/local/bin")
+    if not os.path.isdir("/usr/local/share/man"):  # cover /usr/local/share instead
+        pre.append("mount -t tmpfs unshardfs-test /usr/local/share && "
+                   "mkdir /usr/local/share/man")
+    pre.append(f"mount --bind {q(mandir)} /usr/local/share/man")
+    env = {k: v for k, v in os.environ.items() if k not in ("MANPATH", "PATH")}
+    env.update(PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+               MANPAGER="cat", MANWIDTH="80", LC_ALL="C.UTF-8")
+    r = subprocess.run([UNSHARE, "--mount", "--propagation", "private", "sh", "-c",
+                        "\n".join(pre) + "\n" + script],
+                       capture_output=True, text=True, timeout=timeout, env=env)
+    assert r.returncode == 0, f"rc {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+# In the namespace: mounted yet? then its /proc/self/mounts line and top-level names.
+SHOW = """
+mountpoint -q {mnt}
+echo "MOUNT $(awk -v m={mnt} '$2 == m {{print $3, $4}}' /proc/self/mounts)"
+echo "NAMES $(ls -A {mnt} | tr '\\n' ' ')"
+fusermount3 -u {mnt}
+"""
+
+
+def shown(r):
+    out = dict(line.split(" ", 1) for line in r.stdout.splitlines()
+               if line.startswith(("MOUNT ", "NAMES ")))
+    fstype, opts = out["MOUNT"].split(" ")
+    return fstype, opts.split(","), out["NAMES"].split()
+
+
+def test_mount8_type_fuse_unshardfs(installed, mnt):
+    """`mount -t fuse.unshardfs SRC MNT -o ro`, with unshardfs where `meson install` puts
+    it: mount(8) -> mount.fuse3 -> /bin/sh -> unshardfs found on the standard PATH."""
+    q = shlex.quote
+    r = in_installed_namespace(installed, f"""
+command -v unshardfs
+mount -t fuse.unshardfs {q(SOURCES["sample"])} {q(mnt)} -o ro,nofail,_netdev
+""" + SHOW.format(mnt=q(mnt)), mnt=mnt)
+    assert r.stdout.splitlines()[0] == "/usr/local/bin/unshardfs", r.stdout
+    fstype, opts, names = shown(r)
+    assert fstype == "fuse.unshardfs" and "ro" in opts, (fstype, opts)
+    assert "config.json" in names and "model.safetensors" in names, names
+    assert not os.path.ismount(mnt)  # the host never saw it
+
+
+def test_fstab_line_type_fuse_unshardfs_with_mount_a(installed, mnt, tmp_path):
+    """The fstab line of the man page and docs/quickstart.md (type fuse.unshardfs, the
+    unshardfs option in the options field), mounted by `mount -a -T FSTAB`."""
+    q = shlex.quote
+    fstab = tmp_path / "fstab"
+    fstab.write_text(f"# test\n{SOURCES['sample']}  {mnt}  fuse.unshardfs  "
+                     f"ro,nofail,_netdev,defaults,max_shard_size=100K  0 0\n")
+    r = in_installed_namespace(installed, f"mount -a -T {q(str(fstab))}\n" +
+                               SHOW.format(mnt=q(mnt)), mnt=mnt)
+    fstype, opts, names = shown(r)
+    assert fstype == "fuse.unshardfs" and "ro" in opts, (fstype, opts)
+    assert "model.safetensors.index.json" in names, names  # max_shard_size took effect
+
+
+def test_man_unshardfs_after_meson_install(installed):
+    """`man unshardfs` (not `man -l`) finds the page where `meson install` put it."""
+    if not shutil.which("man"):
+        pytest.skip("man not installed (tools/setup.sh installs man-db)")
+    r = in_installed_namespace(installed, "man -w unshardfs\nman unshardfs\n")
+    where, text = r.stdout.split("\n", 1)
+    assert where.startswith("/usr/local/") and "man1/unshardfs.1" in where, where
+    for section in ("NAME", "SYNOPSIS", "OPTIONS", "EXIT STATUS", "EXAMPLES"):
+        assert section in text, section
+    assert "fuse.unshardfs" in text
 
 
 def test_fstab_line_with_mount_a(installed, mnt, tmp_path):
