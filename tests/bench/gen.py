@@ -7,6 +7,12 @@
   gen.py st OUT.safetensors --tensors N
       a safetensors file of N small tensors, written directly (header + zero data)
       without torch: for mount-time benchmarks.
+  gen.py deepspeed OUT --gb G [--world W] [--stage 2|3] [--hidden H]
+      a DeepSpeed ZeRO checkpoint written by real DeepSpeed (deepspeed.initialize, one
+      Adam step, save_checkpoint; bf16 with fp32 master weights, W gloo CPU processes)
+      of a stack of H x H linear layers whose fp32 weights come to about G GB (what
+      zero_to_fp32 writes; the checkpoint itself is ~3.5x that: bf16 weights plus fp32
+      masters and two Adam moments).  Needs deepspeed (tests/bench/venv.sh).
 """
 import argparse
 import json
@@ -60,6 +66,40 @@ def make_dcp(out, gb, world=2, shard=0, cols=8192, transposed=False, rows=4096):
     return nt * per
 
 
+def _ds_worker(rank, world, port, out, layers, hidden, stage):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank), DS_ACCELERATOR="cpu")
+    import torch
+    import deepspeed
+    torch.set_num_threads(1)
+    deepspeed.init_distributed(dist_backend="gloo")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(*[torch.nn.Linear(hidden, hidden, bias=False)
+                                for _ in range(layers)])
+    cfg = {"train_batch_size": world, "train_micro_batch_size_per_gpu": 1,
+           "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
+           "bf16": {"enabled": True}, "zero_optimization": {"stage": stage},
+           "steps_per_print": 1000}
+    eng, *_ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=cfg)
+    x = torch.randn(1, hidden, generator=torch.Generator().manual_seed(rank),
+                    dtype=torch.bfloat16)
+    eng.backward(eng(x).float().pow(2).mean())
+    eng.step()
+    eng.save_checkpoint(out)
+    torch.distributed.barrier()
+
+
+def make_deepspeed(out, gb, world=2, stage=2, hidden=4096):
+    """Returns the bytes of the fp32 state dict (what zero_to_fp32 writes)."""
+    import torch.multiprocessing as mp
+    per = hidden * hidden * 4
+    layers = max(1, round(gb * 1e9 / per))
+    os.makedirs(out, exist_ok=True)
+    mp.start_processes(_ds_worker, args=(world, _free_port(), out, layers, hidden, stage),
+                       nprocs=world, start_method="spawn")
+    return layers * per
+
+
 def make_st(out, n, numel=16):
     hdr = {"__metadata__": {"format": "pt"}}
     nb = numel * 4
@@ -88,9 +128,17 @@ def main():
     s = sub.add_parser("st")
     s.add_argument("out")
     s.add_argument("--tensors", type=int, required=True)
+    z = sub.add_parser("deepspeed")
+    z.add_argument("out")
+    z.add_argument("--gb", type=float, required=True)
+    z.add_argument("--world", type=int, default=2)
+    z.add_argument("--stage", type=int, default=2, choices=(2, 3))
+    z.add_argument("--hidden", type=int, default=4096)
     a = ap.parse_args()
     if a.cmd == "dcp":
         print(make_dcp(a.out, a.gb, a.world, a.shard, a.cols, a.transposed))
+    elif a.cmd == "deepspeed":
+        print(make_deepspeed(a.out, a.gb, a.world, a.stage, a.hidden))
     else:
         make_st(a.out, a.tensors)
 
