@@ -1,6 +1,7 @@
 /* arena.c - bump allocation in 64 KiB blocks (larger requests get their own). */
 #include "arena.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +36,12 @@ void us_arena_free(struct us_arena *a)
 static struct us_arena_block *arena_new_block(struct us_arena *a, size_t need)
 {
 	size_t cap = need > ARENA_BLOCK ? need : ARENA_BLOCK;
-	struct us_arena_block *b = malloc(sizeof(*b) + cap);
+	/* A big request's own block comes zeroed from calloc, which takes
+	 * fresh pages from the kernel without writing them: the DeepSpeed
+	 * readers' 16384-entry rank tables then cost the pages they use, not
+	 * a memset of megabytes per mount. */
+	struct us_arena_block *b = need > ARENA_BLOCK ? calloc(1, sizeof(*b) + cap)
+						      : malloc(sizeof(*b) + cap);
 
 	if (!b)
 		return NULL;
@@ -55,6 +61,7 @@ static struct us_arena_block *arena_new_block(struct us_arena *a, size_t need)
 void *us_arena_alloc(struct us_arena *a, size_t size)
 {
 	struct us_arena_block *b = a->head;
+	bool zeroed = false;
 	size_t need;
 	void *p;
 
@@ -67,11 +74,13 @@ void *us_arena_alloc(struct us_arena *a, size_t size)
 		b = arena_new_block(a, need);
 		if (!b)
 			return NULL;
+		zeroed = need > ARENA_BLOCK;
 	}
 	p = b->data + b->off;
 	b->off += need;
 	a->used += need;
-	memset(p, 0, size);
+	if (!zeroed)
+		memset(p, 0, size);
 	return p;
 }
 
