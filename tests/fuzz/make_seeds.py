@@ -15,6 +15,9 @@ writes OUTDIR/<target>/<seed> for every target in tests/fuzz/meson.build:
                 down to 1, 2 and 4 state_dict_metadata entries (small_metadata)
   dcp_zstd      b"\\0" + each item of the zstd fixture as stored (a zstd frame), and
                 b"\\1" + each plain DCP item (a decoded archive, compressed by the target)
+  deepspeed     slot byte + each file fuzz_deepspeed.c may replace (DS_SLOTS), with
+                and without the --deepspeed-weights=module bit (0x80)
+  ds_universal  the same for fuzz_ds_universal.c
 Nothing is written into the repository unless OUTDIR is inside it.
 """
 import copyreg
@@ -120,6 +123,34 @@ def _state(obj):
     return st if isinstance(st, dict) else {}
 
 
+# The files fuzz_deepspeed.c and fuzz_ds_universal.c let byte 0 of an input
+# replace, in their slots[] order: a seed is that byte and the file as is.
+_U = "global_step2_universal/"
+DS_SLOTS = {
+    "deepspeed": [
+        ("deepspeed/z2_2rank", "latest"),
+        ("deepspeed/z2_2rank", "global_step2/mp_rank_00_model_states.pt"),
+        ("deepspeed/z2_2rank", "global_step2/zero_pp_rank_0_mp_rank_00_optim_states.pt"),
+        ("deepspeed/z2_2rank", "global_step2/zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+        ("deepspeed/z3_2rank", "global_step2/zero_pp_rank_0_mp_rank_00_model_states.pt"),
+        ("deepspeed/z3_2rank", "global_step2/zero_pp_rank_1_mp_rank_00_model_states.pt"),
+        ("deepspeed/z3_2rank", "global_step2/zero_pp_rank_0_mp_rank_00_optim_states.pt"),
+    ],
+    "ds_universal": [
+        ("deepspeed/uc_z3_2rank", "latest_universal"),
+        ("deepspeed/uc_z3_2rank", _U + "zero_pp_rank_0_mp_rank_00_model_states.pt"),
+        ("deepspeed/uc_z3_2rank", _U + "zero/optimizer_state.pt"),
+        ("deepspeed/uc_z3_2rank", _U + "zero/body.weight/fp32.pt"),
+        ("deepspeed/uc_z3_2rank", _U + "zero/body.weight/exp_avg.pt"),
+        ("deepspeed/uc_z3_2rank", _U + "zero/frozen.bias/fp32.pt"),
+        ("deepspeed/uc_z2_3rank_bf16", _U + "mp_rank_00_model_states.pt"),
+        ("deepspeed/uc_z2_3rank_bf16", _U + "zero/optimizer_state.pt"),
+        ("deepspeed/uc_z2_3rank_bf16", _U + "zero/cube/fp32.pt"),
+        ("deepspeed/uc_z2_3rank_bf16", _U + "zero/cube/exp_avg_sq.pt"),
+    ],
+}
+
+
 def dcp_items(dcp_dir):
     """[(relative_path, offset, length, transforms)] of a DCP directory's .metadata."""
     with open(os.path.join(dcp_dir, ".metadata"), "rb") as f:
@@ -191,6 +222,11 @@ def main(out):
                     add("zip", item)
                     add("pickle", data_pkl(item))
                     add("dcp_zstd", b"\1" + item)
+    for target, slots in DS_SLOTS.items():
+        for i, (fixture, name) in enumerate(slots):
+            data = read(os.path.join(FIXTURES, fixture, name))
+            add(target, bytes([i]) + data)
+            add(target, bytes([0x80 | i]) + data)  # --deepspeed-weights=module
     for t in sorted(seeds):
         print(f"{t}: {seeds[t]} seeds", file=sys.stderr)
     return seeds
