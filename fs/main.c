@@ -324,7 +324,7 @@ static int serve(const struct us_opts *o, struct mount_state *m)
 		goto out_signals;
 	}
 	if (absmnt)
-		us_raise_read_ahead(absmnt, US_READ_AHEAD_KB);
+		us_raise_read_ahead(absmnt, us_read_ahead_kb());
 	fuse_daemonize(o->foreground);
 	if (!o->foreground) {
 		us_msg_use_syslog(); /* stderr is /dev/null from here on */

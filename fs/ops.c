@@ -28,6 +28,10 @@ static void us_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_ASYNC_READ)
 		conn->want |= FUSE_CAP_ASYNC_READ;
 	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
+	/* Replies of source-file bytes are spliced from the page cache
+	 * (reply_mapped): one copy fewer than read-then-write. */
+	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
+		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	conn->max_background = 64;
 	conn->congestion_threshold = 48;
 }
@@ -294,6 +298,109 @@ static char *thread_buf(size_t size)
 	return b->p ? b->p : (b->p = malloc(1));
 }
 
+/*
+ * Zero-copy replies: a read whose bytes are all plain runs of source files
+ * (plus header bytes in memory) is described as segments (us_view_map) and
+ * handed to libfuse as fd buffers, which it splices into the reply.  0 when
+ * replied; -EAGAIN when the read must go through a buffer.
+ */
+#define REPLY_SEGS 64
+
+static int reply_segs(fuse_req_t req, const struct us_seg *seg, size_t n)
+{
+	/* struct fuse_bufvec ends with buf[1]: allocated with room for n
+	 * (indexing past a [1] array inside a local struct is undefined, and
+	 * gcc does drop the later elements). */
+	struct fuse_bufvec *bv;
+
+	if (n == 0 || n > REPLY_SEGS)
+		return -EAGAIN;
+	bv = calloc(1, sizeof(*bv) + (n - 1) * sizeof(struct fuse_buf));
+	if (!bv)
+		return -EAGAIN;
+	bv->count = n;
+	for (size_t i = 0; i < n; i++) {
+		struct fuse_buf *b = &bv->buf[i];
+
+		b->size = seg[i].len;
+		if (seg[i].fd >= 0) {
+			b->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK |
+				   FUSE_BUF_FD_RETRY;
+			b->fd = seg[i].fd;
+			b->pos = (off_t)seg[i].off;
+		} else {
+			b->mem = (void *)(uintptr_t)seg[i].mem;
+		}
+	}
+	fuse_reply_data(req, bv, 0);
+	free(bv);
+	return 0;
+}
+
+/*
+ * libfuse splices a reply through a pipe that must hold the header page and
+ * every page the data touches; it cannot grow a pipe past
+ * /proc/sys/fs/pipe-max-size (1 MiB by default) and otherwise falls back to
+ * a freshly mapped bounce buffer per reply, slower than our own buffer.
+ * Replies too big for the pipe therefore take the buffered path.
+ */
+static size_t pipe_max = 1u << 20;
+static pthread_once_t pipe_max_once = PTHREAD_ONCE_INIT;
+
+static void pipe_max_read(void)
+{
+	FILE *f = fopen("/proc/sys/fs/pipe-max-size", "r");
+	unsigned long v;
+
+	if (f && fscanf(f, "%lu", &v) == 1)
+		pipe_max = v;
+	if (f)
+		fclose(f);
+}
+
+static bool fits_pipe(size_t size)
+{
+	pthread_once(&pipe_max_once, pipe_max_read);
+	return size + 3 * 4096 <= pipe_max;
+}
+
+unsigned us_read_ahead_kb(void)
+{
+	size_t kb;
+
+	pthread_once(&pipe_max_once, pipe_max_read);
+	kb = pipe_max > 3 * 4096 ? (pipe_max - 3 * 4096) / 1024 : 128;
+	kb -= kb % 4; /* whole pages */
+	return kb > 1024 ? 1024 : kb < 128 ? 128 : (unsigned)kb;
+}
+
+static int reply_mapped(fuse_req_t req, const struct us_node *n, size_t size,
+			off_t off, struct fuse_file_info *fi)
+{
+	static __thread struct us_seg segv[REPLY_SEGS];
+	struct us_segs segs = { .v = segv, .cap = REPLY_SEGS };
+	long long got;
+
+	if (!fits_pipe(size))
+		return -EAGAIN;
+
+	if (n->kind == US_NODE_PASSTHROUGH) {
+		segv[0] = (struct us_seg){ .fd = (int)fi->fh, .off = (uint64_t)off,
+					   .len = size };
+		return reply_segs(req, segv, 1);
+	}
+	if (n->kind != US_NODE_VIEW && n->kind != US_NODE_TENSOR)
+		return -EAGAIN;
+	got = us_view_map(n->u.view, &segs, size, (uint64_t)off);
+	if (got == -EAGAIN)
+		return -EAGAIN;
+	if (got < 0) {
+		fuse_reply_err(req, (int)-got);
+		return 0;
+	}
+	return reply_segs(req, segv, segs.n);
+}
+
 static void us_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -312,6 +419,8 @@ static void us_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	if (size > fsize - (uint64_t)off)
 		size = (size_t)(fsize - (uint64_t)off);
+	if (reply_mapped(req, n, size, off, fi) == 0)
+		return;
 	buf = thread_buf(size);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);

@@ -9,9 +9,13 @@
 
 extern const struct fuse_lowlevel_ops us_fuse_ops;
 
-/* Read-ahead the daemon asks of its mount's bdi: 1 MiB requests (256 pages,
- * the kernel's FUSE maximum) instead of the 128 KiB default. */
-#define US_READ_AHEAD_KB 1024
+/*
+ * us_read_ahead_kb - the read-ahead the daemon asks of its mount's bdi
+ * instead of the kernel's 128 KiB default: the largest request whose reply
+ * libfuse can still splice (ops.c, fits_pipe): 1012 KiB with the default
+ * 1 MiB pipe-max-size, at most 1024 (256 pages, the kernel's FUSE maximum).
+ */
+unsigned us_read_ahead_kb(void);
 
 /*
  * us_raise_read_ahead - make the mount on @abs_mnt (absolute, as

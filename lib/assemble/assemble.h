@@ -20,6 +20,37 @@ int us_tensor_read(const struct us_statedict *sd, const struct us_tensor *t,
 		   void *buf, uint64_t len, uint64_t off);
 
 /*
+ * A reply described instead of filled (map.c): up to @cap segments, each
+ * @len bytes at @mem (fd -1) or at offset @off of file descriptor @fd.
+ * @overflow is set when a segment did not fit (or too many were short).
+ */
+struct us_seg {
+	int fd;
+	uint64_t off;
+	const void *mem;
+	size_t len;
+};
+
+struct us_segs {
+	struct us_seg *v;
+	size_t n, cap;
+	size_t nshort; /* short segments so far (map.c) */
+	bool overflow;
+};
+
+void us_segs_add_mem(struct us_segs *s, const void *mem, size_t len);
+
+/*
+ * us_tensor_map - describe bytes [@off, @off + @len) of @t as segments of
+ * the source files, appended to @segs, without reading them (merging runs
+ * that continue the last segment).  0; -EAGAIN when the range needs the
+ * executor (a cast, a transformed item, short runs, or more segments than
+ * fit); -EIO when a source file changed since mount.
+ */
+int us_tensor_map(const struct us_statedict *sd, const struct us_tensor *t,
+		  struct us_segs *segs, uint64_t len, uint64_t off);
+
+/*
  * us_assemble_init - set the bound on decoded data kept in memory
  * (--cache-size, in bytes; cache.h) and forget any state of an earlier
  * state dict.  Call before serving, with no read in flight.  0 or -ENOMEM.
@@ -43,6 +74,10 @@ int us_tensor_read_cast(const struct us_statedict *sd, const struct us_tensor *t
  * @auto_pick (--device=auto), only the cast pairs measured faster on the
  * device go there (cast_read.c, docs/dtype-and-devices.md). */
 void us_assemble_set_device(int dev, bool auto_pick);
+
+/* us_prefetch_after - after a run of @len bytes at @off of @f, ask the
+ * kernel to start reading the stretch further on (exec_cpu.c). */
+void us_prefetch_after(const struct us_file *f, uint64_t off, uint64_t len);
 
 /* us_file_check - 0 while @f still has the identity seen at mount, else -EIO
  * (or the fstat errno). */

@@ -16,10 +16,13 @@
 #include "plan.h"
 #include "zitem.h"
 
-/* Prefetch: a run of at least this many bytes asks the kernel for the
- * source PREFETCH_AHEAD runs ahead (measured: docs/benchmarks.md). */
+/* Prefetch: a run of at least this many bytes asks the kernel for
+ * PREFETCH_SPAN runs of the source, PREFETCH_AHEAD runs ahead, so several
+ * MiB are in flight while the reader works through the stretch before them
+ * (measured: docs/benchmarks.md). */
 #define US_PREFETCH_MIN (256u << 10)
-#define US_PREFETCH_AHEAD 4
+#define US_PREFETCH_AHEAD 8
+#define US_PREFETCH_SPAN 4
 
 /*
  * Gathers.  A plan emits many short runs where the source is strided (one
@@ -144,6 +147,20 @@ static int gather_flush(struct cpu_ctx *ctx)
 	return rc;
 }
 
+/*
+ * Readers go forward: a large run starts the disk on the stretch
+ * PREFETCH_AHEAD runs further on (the ones between were asked for by
+ * earlier runs), which the file's own read-ahead misses when the FUSE
+ * threads' reads on one fd arrive out of order.  Asking again for pages
+ * already asked for costs a page-cache lookup.
+ */
+void us_prefetch_after(const struct us_file *f, uint64_t off, uint64_t len)
+{
+	if (len >= US_PREFETCH_MIN)
+		posix_fadvise(f->fd, (off_t)(off + US_PREFETCH_AHEAD * len),
+			      (off_t)(US_PREFETCH_SPAN * len), POSIX_FADV_WILLNEED);
+}
+
 int us_assemble_init(uint64_t cache_size)
 {
 	us_zitem_reset();
@@ -192,14 +209,8 @@ static int cpu_emit(void *vctx, const struct us_copy_op *op)
 				     op->src_off, op->len);
 	rc = us_pread_full(f->fd, ctx->buf + op->dst_off, op->len,
 			   op->src_off);
-	/* Readers go forward: a large run starts the disk on the stretch
-	 * PREFETCH_AHEAD runs further on (the ones between were asked for
-	 * by earlier runs), which the file's own read-ahead misses when the
-	 * FUSE threads' preads on one fd arrive out of order. */
-	if (rc == 0 && op->len >= US_PREFETCH_MIN)
-		posix_fadvise(f->fd,
-			      (off_t)(op->src_off + US_PREFETCH_AHEAD * op->len),
-			      (off_t)op->len, POSIX_FADV_WILLNEED);
+	if (rc == 0)
+		us_prefetch_after(f, op->src_off, op->len);
 	return rc;
 }
 

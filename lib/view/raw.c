@@ -30,6 +30,12 @@ static int raw_read(const struct us_view *v, char *buf, size_t len,
 	return us_tensor_read(v->sd, v->priv, buf, len, off);
 }
 
+static int raw_map(const struct us_view *v, struct us_segs *segs, size_t len,
+		   uint64_t off)
+{
+	return us_tensor_map(v->sd, v->priv, segs, len, off);
+}
+
 /* Nothing to free: the tensor belongs to the state dict. */
 static void raw_destroy(struct us_view *v)
 {
@@ -39,6 +45,7 @@ static void raw_destroy(struct us_view *v)
 static const struct us_view_ops raw_ops = {
 	.read = raw_read,
 	.destroy = raw_destroy,
+	.map = raw_map,
 };
 
 void us_view_raw_init(struct us_view *v, const struct us_statedict *sd,

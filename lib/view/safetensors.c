@@ -13,6 +13,7 @@
  */
 #include "view.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,18 +137,33 @@ static size_t first_tensor_after(const struct st_view *sv, uint64_t pos)
 	return lo;
 }
 
-static int st_view_read(const struct us_view *v, char *buf, size_t len,
-			uint64_t off)
+/*
+ * Walk [@off, @off + @len): the header part, then each tensor's part, in
+ * file order.  st_view_read fills a buffer; st_view_map describes segments.
+ */
+struct st_walk {
+	int (*header)(struct st_walk *w, const char *p, size_t n);
+	int (*tensor)(struct st_walk *w, const struct us_tensor *t,
+		      uint64_t n, uint64_t toff);
+	const struct us_statedict *sd;
+	char *buf;             /* read: where the next bytes go */
+	struct us_segs *segs;  /* map: where the next segments go */
+};
+
+static int st_walk(const struct us_view *v, struct st_walk *w, size_t len,
+		   uint64_t off)
 {
 	const struct st_view *sv = v->priv;
 	uint64_t pos, end;
+	int rc;
 
 	if (off < sv->data_start) {
 		size_t n = (size_t)(sv->data_start - off);
 
 		n = n < len ? n : len;
-		memcpy(buf, sv->header + off, n);
-		buf += n;
+		rc = w->header(w, sv->header + off, n);
+		if (rc < 0)
+			return rc;
 		len -= n;
 		off += n;
 	}
@@ -157,16 +173,58 @@ static int st_view_read(const struct us_view *v, char *buf, size_t len,
 		const struct us_tensor *t = sv->order[i];
 		uint64_t toff = pos - sv->begin[i];
 		uint64_t n = t->nbytes - toff;
-		int rc;
 
 		n = n < end - pos ? n : end - pos;
-		rc = us_tensor_read(v->sd, t, buf, n, toff);
+		rc = w->tensor(w, t, n, toff);
 		if (rc < 0)
 			return rc;
-		buf += n;
 		pos += n;
 	}
 	return 0;
+}
+
+static int read_header(struct st_walk *w, const char *p, size_t n)
+{
+	memcpy(w->buf, p, n);
+	w->buf += n;
+	return 0;
+}
+
+static int read_tensor(struct st_walk *w, const struct us_tensor *t,
+		       uint64_t n, uint64_t toff)
+{
+	int rc = us_tensor_read(w->sd, t, w->buf, n, toff);
+
+	w->buf += n;
+	return rc;
+}
+
+static int map_header(struct st_walk *w, const char *p, size_t n)
+{
+	us_segs_add_mem(w->segs, p, n);
+	return w->segs->overflow ? -EAGAIN : 0;
+}
+
+static int map_tensor(struct st_walk *w, const struct us_tensor *t,
+		      uint64_t n, uint64_t toff)
+{
+	return us_tensor_map(w->sd, t, w->segs, n, toff);
+}
+
+static int st_view_read(const struct us_view *v, char *buf, size_t len,
+			uint64_t off)
+{
+	struct st_walk w = { read_header, read_tensor, v->sd, buf, NULL };
+
+	return st_walk(v, &w, len, off);
+}
+
+static int st_view_map(const struct us_view *v, struct us_segs *segs,
+		       size_t len, uint64_t off)
+{
+	struct st_walk w = { map_header, map_tensor, v->sd, NULL, segs };
+
+	return st_walk(v, &w, len, off);
 }
 
 static void st_view_destroy(struct us_view *v)
@@ -186,6 +244,7 @@ static void st_view_destroy(struct us_view *v)
 static const struct us_view_ops st_view_ops = {
 	.read = st_view_read,
 	.destroy = st_view_destroy,
+	.map = st_view_map,
 };
 
 enum us_status us_view_safetensors_new(const struct us_statedict *sd,

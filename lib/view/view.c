@@ -1,6 +1,7 @@
 /* view.c - what every view shares: clamping reads to the file size. */
 #include "view.h"
 
+#include <errno.h>
 #include <stdlib.h>
 
 long long us_view_read(const struct us_view *v, char *buf, size_t len,
@@ -13,6 +14,24 @@ long long us_view_read(const struct us_view *v, char *buf, size_t len,
 	if (len > v->size - off)
 		len = (size_t)(v->size - off);
 	rc = v->ops->read(v, buf, len, off);
+	return rc < 0 ? rc : (long long)len;
+}
+
+long long us_view_map(const struct us_view *v, struct us_segs *segs,
+		      size_t len, uint64_t off)
+{
+	int rc;
+
+	if (!v->ops->map)
+		return -EAGAIN;
+	if (off >= v->size)
+		return 0;
+	if (len > v->size - off)
+		len = (size_t)(v->size - off);
+	segs->n = 0;
+	segs->nshort = 0;
+	segs->overflow = false;
+	rc = v->ops->map(v, segs, len, off);
 	return rc < 0 ? rc : (long long)len;
 }
 

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "../codec/jsonw.h"
+#include "../assemble/assemble.h"
 #include "../model.h"
 
 struct us_view;
@@ -22,6 +23,11 @@ struct us_view_ops {
 	int (*read)(const struct us_view *v, char *buf, size_t len,
 		    uint64_t off);
 	void (*destroy)(struct us_view *v);
+	/* Optional: describe [@off, @off + @len) as segments (assemble.h,
+	 * us_tensor_map) instead of filling a buffer.  0, -EAGAIN when the
+	 * range must be read, or a negative errno. */
+	int (*map)(const struct us_view *v, struct us_segs *segs, size_t len,
+		   uint64_t off);
 };
 
 struct us_view {
@@ -39,6 +45,15 @@ struct us_view {
 long long us_view_read(const struct us_view *v, char *buf, size_t len,
 		       uint64_t off);
 void us_view_free(struct us_view *v);
+
+/*
+ * us_view_map - describe up to @len bytes at @off as segments of memory and
+ * source files, for a zero-copy reply.  Returns the number of bytes
+ * described (0 at or past the end), -EAGAIN when the view or the range
+ * cannot be described (read it with us_view_read), or a negative errno.
+ */
+long long us_view_map(const struct us_view *v, struct us_segs *segs,
+		      size_t len, uint64_t off);
 
 /* model.safetensors: the whole state dict as one safetensors file. */
 enum us_status us_view_safetensors_new(const struct us_statedict *sd,

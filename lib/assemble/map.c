@@ -1,0 +1,83 @@
+/*
+ * map.c - the zero-copy executor: a plan described as file segments
+ * instead of executed.
+ *
+ * When every op of a read is a plain run (no cast, no transform), the bytes
+ * need no assembly at all: the daemon can hand the kernel "these bytes of
+ * this fd" and let it splice them from the page cache into the FUSE reply,
+ * one copy fewer than pread into a buffer and write it back.  Anything else
+ * (a --dtype cast, a zstd item, a gather of many short runs) answers
+ * -EAGAIN and the caller reads through us_tensor_read.
+ */
+#include "assemble.h"
+
+#include <errno.h>
+
+#include "plan.h"
+
+/* Runs shorter than MAP_SHORT that do not continue the last segment are
+ * not worth a splice each: past MAP_MAX_SHORT of them in one reply (a
+ * gather across chunks, a transposed chunk) the gathering executor, which
+ * reads such runs in spans, costs less. */
+#define MAP_SHORT (16u << 10)
+#define MAP_MAX_SHORT 4
+
+void us_segs_add_mem(struct us_segs *s, const void *mem, size_t len)
+{
+	if (s->n == s->cap) {
+		s->overflow = true;
+		return;
+	}
+	s->v[s->n++] = (struct us_seg){ .fd = -1, .mem = mem, .len = len };
+}
+
+static void add_fd(struct us_segs *s, int fd, uint64_t off, uint64_t len)
+{
+	struct us_seg *last = s->n ? &s->v[s->n - 1] : NULL;
+
+	if (last && last->fd == fd && last->off + last->len == off) {
+		last->len += len; /* the next run of the same file: one segment */
+		return;
+	}
+	if (s->n == s->cap || (len < MAP_SHORT && ++s->nshort > MAP_MAX_SHORT)) {
+		s->overflow = true;
+		return;
+	}
+	s->v[s->n++] = (struct us_seg){ .fd = fd, .off = off, .len = len };
+}
+
+struct map_ctx {
+	const struct us_statedict *sd;
+	struct us_segs *segs;
+	int32_t checked; /* the last file whose identity was checked */
+};
+
+static int map_emit(void *vctx, const struct us_copy_op *op)
+{
+	struct map_ctx *ctx = vctx;
+	const struct us_file *f = &ctx->sd->files[op->src->file];
+	int rc;
+
+	if (op->src->xf != US_XF_NONE)
+		return -EAGAIN;
+	/* As in the CPU executor: a changed file answers EIO. */
+	if (ctx->checked != (int32_t)op->src->file) {
+		rc = us_file_check(f);
+		if (rc < 0)
+			return rc;
+		ctx->checked = (int32_t)op->src->file;
+	}
+	add_fd(ctx->segs, f->fd, op->src_off, op->len);
+	us_prefetch_after(f, op->src_off, op->len);
+	return ctx->segs->overflow ? -EAGAIN : 0;
+}
+
+int us_tensor_map(const struct us_statedict *sd, const struct us_tensor *t,
+		  struct us_segs *segs, uint64_t len, uint64_t off)
+{
+	struct map_ctx ctx = { .sd = sd, .segs = segs, .checked = -1 };
+
+	if (us_tensor_is_cast(t))
+		return -EAGAIN;
+	return us_plan_range(t, off, len, map_emit, &ctx);
+}
