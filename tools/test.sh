@@ -3,7 +3,7 @@
 # the integration tests against a real FUSE mount (which also run the C unit tests,
 # meson test, of build/ and build-asan/), first with the ASan+UBSan daemon, then with
 # the normal one; in between, every libFuzzer target runs for
-# ${UNSHARDFS_FUZZ_SECONDS:-25} s on its seed corpus (tests/fuzz/run_fuzz.sh; skipped,
+# ${UNSHARDFS_FUZZ_SECONDS:-20} s on its seed corpus (tests/fuzz/run_fuzz.sh; skipped,
 # saying so, when build-fuzz/ could not be built: no clang). Both pytest runs include
 # the bad-input matrix (tests/bad_inputs). Exits non-zero if any of it fails; the last
 # line printed is the summary of pytest's run on the normal build.
@@ -27,8 +27,8 @@ elif [[ ! -x build-fuzz/tests/fuzz/fuzz_pickle ]]; then
     echo "== fuzz: SKIPPED: build-fuzz/ is not built (clang or libclang-rt-14-dev missing?" \
          "see tools/setup.sh)" >&2
 else
-    echo "== fuzz: every target for ${UNSHARDFS_FUZZ_SECONDS:-25} s (build-fuzz/)" >&2
-    if ! tests/fuzz/run_fuzz.sh build-fuzz "${UNSHARDFS_FUZZ_SECONDS:-25}"; then
+    echo "== fuzz: every target for ${UNSHARDFS_FUZZ_SECONDS:-20} s (build-fuzz/)" >&2
+    if ! tests/fuzz/run_fuzz.sh build-fuzz "${UNSHARDFS_FUZZ_SECONDS:-20}"; then
         echo "FAILED: a fuzz target found a crash, leak, hang or UB (see above)" >&2
         echo "1 failed (fuzz run)"
         exit 1
