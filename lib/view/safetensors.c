@@ -13,7 +13,6 @@
  */
 #include "view.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -137,20 +136,8 @@ static size_t first_tensor_after(const struct st_view *sv, uint64_t pos)
 	return lo;
 }
 
-/*
- * Walk [@off, @off + @len): the header part, then each tensor's part, in
- * file order.  st_view_read fills a buffer; st_view_map describes segments.
- */
-struct st_walk {
-	int (*header)(struct st_walk *w, const char *p, size_t n);
-	int (*tensor)(struct st_walk *w, const struct us_tensor *t,
-		      uint64_t n, uint64_t toff);
-	const struct us_statedict *sd;
-	char *buf;             /* read: where the next bytes go */
-	struct us_segs *segs;  /* map: where the next segments go */
-};
-
-static int st_walk(const struct us_view *v, struct st_walk *w, size_t len,
+/* Hand [@off, @off + @len) to @k: the header part, then each tensor's. */
+static int st_walk(const struct us_view *v, struct us_view_sink *k, size_t len,
 		   uint64_t off)
 {
 	const struct st_view *sv = v->priv;
@@ -161,7 +148,7 @@ static int st_walk(const struct us_view *v, struct st_walk *w, size_t len,
 		size_t n = (size_t)(sv->data_start - off);
 
 		n = n < len ? n : len;
-		rc = w->header(w, sv->header + off, n);
+		rc = us_sink_mem(k, sv->header + off, n);
 		if (rc < 0)
 			return rc;
 		len -= n;
@@ -175,7 +162,7 @@ static int st_walk(const struct us_view *v, struct st_walk *w, size_t len,
 		uint64_t n = t->nbytes - toff;
 
 		n = n < end - pos ? n : end - pos;
-		rc = w->tensor(w, t, n, toff);
+		rc = us_sink_tensor(k, t, n, toff);
 		if (rc < 0)
 			return rc;
 		pos += n;
@@ -183,48 +170,20 @@ static int st_walk(const struct us_view *v, struct st_walk *w, size_t len,
 	return 0;
 }
 
-static int read_header(struct st_walk *w, const char *p, size_t n)
-{
-	memcpy(w->buf, p, n);
-	w->buf += n;
-	return 0;
-}
-
-static int read_tensor(struct st_walk *w, const struct us_tensor *t,
-		       uint64_t n, uint64_t toff)
-{
-	int rc = us_tensor_read(w->sd, t, w->buf, n, toff);
-
-	w->buf += n;
-	return rc;
-}
-
-static int map_header(struct st_walk *w, const char *p, size_t n)
-{
-	us_segs_add_mem(w->segs, p, n);
-	return w->segs->overflow ? -EAGAIN : 0;
-}
-
-static int map_tensor(struct st_walk *w, const struct us_tensor *t,
-		      uint64_t n, uint64_t toff)
-{
-	return us_tensor_map(w->sd, t, w->segs, n, toff);
-}
-
 static int st_view_read(const struct us_view *v, char *buf, size_t len,
 			uint64_t off)
 {
-	struct st_walk w = { read_header, read_tensor, v->sd, buf, NULL };
+	struct us_view_sink k = { .sd = v->sd, .buf = buf };
 
-	return st_walk(v, &w, len, off);
+	return st_walk(v, &k, len, off);
 }
 
 static int st_view_map(const struct us_view *v, struct us_segs *segs,
 		       size_t len, uint64_t off)
 {
-	struct st_walk w = { map_header, map_tensor, v->sd, NULL, segs };
+	struct us_view_sink k = { .sd = v->sd, .segs = segs };
 
-	return st_walk(v, &w, len, off);
+	return st_walk(v, &k, len, off);
 }
 
 static void st_view_destroy(struct us_view *v)

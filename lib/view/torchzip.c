@@ -282,8 +282,9 @@ static enum us_status build_archive(struct tz_view *tv,
 	return rc;
 }
 
-static int tz_read(const struct us_view *v, char *buf, size_t len,
-		   uint64_t off)
+/* Hand [@off, @off + @len) to @k, segment by segment of the archive. */
+static int tz_walk(const struct us_view *v, struct us_view_sink *k,
+		   size_t len, uint64_t off)
 {
 	const struct tz_view *tv = v->priv;
 	size_t i = us_zipw_find(&tv->z, off);
@@ -299,19 +300,30 @@ static int tz_read(const struct us_view *v, char *buf, size_t len,
 		s = &tv->z.segs[i++];
 		in = off - s->off;
 		n = s->len - in < len ? s->len - in : len;
-		if (s->ext) {
-			rc = us_tensor_read(v->sd, &v->sd->tensors[s->src],
-					    buf, n, in);
-			if (rc < 0)
-				return rc;
-		} else {
-			memcpy(buf, tv->z.meta.p + s->src + in, n);
-		}
-		buf += n;
+		rc = s->ext ? us_sink_tensor(k, &v->sd->tensors[s->src], n, in)
+			    : us_sink_mem(k, tv->z.meta.p + s->src + in, n);
+		if (rc < 0)
+			return rc;
 		len -= n;
 		off += n;
 	}
 	return 0;
+}
+
+static int tz_read(const struct us_view *v, char *buf, size_t len,
+		   uint64_t off)
+{
+	struct us_view_sink k = { .sd = v->sd, .buf = buf };
+
+	return tz_walk(v, &k, len, off);
+}
+
+static int tz_map(const struct us_view *v, struct us_segs *segs, size_t len,
+		  uint64_t off)
+{
+	struct us_view_sink k = { .sd = v->sd, .segs = segs };
+
+	return tz_walk(v, &k, len, off);
 }
 
 static void tz_destroy(struct us_view *v)
@@ -327,6 +339,7 @@ static void tz_destroy(struct us_view *v)
 static const struct us_view_ops tz_ops = {
 	.read = tz_read,
 	.destroy = tz_destroy,
+	.map = tz_map,
 };
 
 /* One line naming the first tensor torch.save could not have written. */

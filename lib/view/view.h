@@ -55,6 +55,23 @@ void us_view_free(struct us_view *v);
 long long us_view_map(const struct us_view *v, struct us_segs *segs,
 		      size_t len, uint64_t off);
 
+/*
+ * For renderers: where the parts of a range go.  A view lays its range out
+ * as parts, memory it owns or a range of a tensor, and hands each to a
+ * sink, which copies it into @buf (read) or records it as segments (map),
+ * so one walk serves both.  Both return 0 or a negative errno (-EAGAIN
+ * when a part cannot be mapped).
+ */
+struct us_view_sink {
+	const struct us_statedict *sd;
+	char *buf;            /* read: where the next bytes go */
+	struct us_segs *segs; /* map: where the next segments go */
+};
+
+int us_sink_mem(struct us_view_sink *k, const void *p, size_t n);
+int us_sink_tensor(struct us_view_sink *k, const struct us_tensor *t,
+		   uint64_t n, uint64_t toff);
+
 /* model.safetensors: the whole state dict as one safetensors file. */
 enum us_status us_view_safetensors_new(const struct us_statedict *sd,
 				       struct us_view **out,
