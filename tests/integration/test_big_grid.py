@@ -1,0 +1,57 @@
+"""A DCP tensor in 100,000 chunks mounts and reads back (lib/overlap.c).
+
+The chunk-overlap check used to compare every chunk with every earlier one:
+5 * 10^9 box tests for this checkpoint. Nothing here is timed; the mount
+just has to happen (within the generous mount timeout) and serve the right
+bytes. The checkpoint is written with torch's own DCP classes: one
+[316, 316] float32 tensor in 1 x 1 chunks, every chunk's storage_data
+pointing at one small item (a torch.save of a 1 x 1 tensor), which the
+reader accepts as it would any item.
+"""
+import io
+import os
+import pickle
+
+import pytest
+
+from conftest import mount, run_cli
+
+torch = pytest.importorskip("torch")
+dcp_md = pytest.importorskip("torch.distributed.checkpoint.metadata")
+dcp_fs = pytest.importorskip("torch.distributed.checkpoint.filesystem")
+
+SIDE = 316  # 99,856 chunks
+
+
+def write_grid(root, value=7.5):
+    item = io.BytesIO()
+    torch.save(torch.full((1, 1), value, dtype=torch.float32), item)
+    item = item.getvalue()
+    with open(os.path.join(root, "__0_0.distcp"), "wb") as f:
+        f.write(item)
+    props = dcp_md.TensorProperties(dtype=torch.float32)
+    chunks, storage = [], {}
+    info = dcp_fs._StorageInfo(relative_path="__0_0.distcp", offset=0, length=len(item))
+    for r in range(SIDE):
+        for c in range(SIDE):
+            off = torch.Size([r, c])
+            chunks.append(dcp_md.ChunkStorageMetadata(offsets=off, sizes=torch.Size([1, 1])))
+            storage[dcp_md.MetadataIndex(fqn="w", offset=off)] = info
+    md = dcp_md.Metadata(
+        state_dict_metadata={"w": dcp_md.TensorStorageMetadata(
+            properties=props, size=torch.Size([SIDE, SIDE]), chunks=chunks)},
+        storage_data=storage)
+    with open(os.path.join(root, ".metadata"), "wb") as f:
+        pickle.dump(md, f)
+
+
+def test_dcp_grid_of_100k_chunks_mounts(tmp_path):
+    src = tmp_path / "grid"
+    src.mkdir()
+    write_grid(str(src))
+    r = run_cli("inspect", str(src), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "w" in r.stdout
+    with mount(str(src), timeout=120) as mnt:
+        data = open(os.path.join(mnt, "tensors", "w"), "rb").read()
+    assert data == torch.full((SIDE, SIDE), 7.5).numpy().tobytes()
