@@ -30,8 +30,13 @@ else
 fi
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/unshardfs-fuzz-XXXXXX")"
+# The directory-based targets rewrite a file per input: on tmpfs when there is one.
+WORK="$(mktemp -d /dev/shm/unshardfs-fuzz-XXXXXX 2>/dev/null || echo "$TMP")"
 KEEP=0
-cleanup() { if ((KEEP == 0)); then rm -rf "$TMP"; fi; }
+cleanup() {
+    if [[ "$WORK" != "$TMP" ]]; then rm -rf "$WORK"; fi
+    if ((KEEP == 0)); then rm -rf "$TMP"; fi
+}
 trap cleanup EXIT
 SEEDS="$TMP/seeds"
 python3 tests/fuzz/make_seeds.py "$SEEDS" 2>/dev/null
@@ -41,7 +46,7 @@ mkdir -p "$ARTIFACTS"
 # UBSan reports must fail the run, not just print.
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
-export TMPDIR="$TMP"   # the directory-based targets make their dirs here
+export TMPDIR="$WORK"  # the directory-based targets make their dirs here
 
 # Largest input per target: above its useful seeds, below what slows it down.
 max_len() {
