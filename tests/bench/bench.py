@@ -8,6 +8,7 @@ size, default 4), BENCH_HUGE_GB (extra RSS point, default 0 = skip), BENCH_REPS 
 import datetime
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -213,6 +214,16 @@ elif mode == "mount-all":
     with safe_open(mnt + "/model.safetensors", framework="pt") as f:
         for k in f.keys():
             n += f.get_tensor(k).numel()
+elif mode.startswith("accel"):
+    # what `accelerate merge-weights SRC OUT` runs, then the same load as the mount's
+    from accelerate.utils import merge_fsdp_weights
+    merge_fsdp_weights(src, mnt)
+    with safe_open(mnt + "/model.safetensors", framework="pt") as f:
+        n = 0
+        for k in f.keys():
+            n += f.get_tensor(k).numel()
+            if mode == "accel-first":
+                break
 else:
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
     out = mnt + "/converted.pt"
@@ -244,19 +255,33 @@ def load_peer(src, mode):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def have_accelerate():
+    return subprocess.run([PY, "-c", "import accelerate"], capture_output=True).returncode == 0
+
+
+PEERS_CD = (("convert", "dcp_to_torch_save + torch.load"),
+            ("accel", "accelerate merge-weights + safe_open"))
+
+
 def bench_cd(src, size):
+    peers = [p for p in PEERS_CD if p[0] != "accel" or have_accelerate()]
+    if len(peers) < len(PEERS_CD):
+        log(f"accelerate is not importable by {PY}: c, d skip `accelerate merge-weights` "
+            "(run.sh uses the bench venv of tests/bench/venv.sh)")
     for i, kind, what in (("c", "first", "time to first tensor (mount + safe_open + one "
                            "get_tensor)"),
                           ("d", "all", "load every tensor (mount + get_tensor of each)")):
-        ours, peer = [], []
-        for _ in range(max(1, REPS - 1)):
+        ours, peer = [], {m: [] for m, _ in peers}
+        for _ in range(max(1, REPS - 1)):  # interleaved: noise falls on all alike
             drop_caches()
             ours.append(load_peer(src, "mount-" + kind))
-            drop_caches()
-            peer.append(load_peer(src, "convert-" + kind))
-        add(i, f"{what}, {size / 1e9:.1f} GB DCP, cold", f"{best(ours):.2f} s",
-            f"{best(peer):.2f} s (dcp_to_torch_save + torch.load)", best(peer) / best(ours),
-            "≥ 1× (faster)")
+            for m, _label in peers:
+                drop_caches()
+                peer[m].append(load_peer(src, f"{m}-{kind}"))
+        for m, label in peers:
+            add(i, f"{what}, {size / 1e9:.1f} GB DCP, cold", f"{best(ours):.2f} s",
+                f"{best(peer[m]):.2f} s ({label})", best(peer[m]) / best(ours),
+                "≥ 1× (faster)")
 
 
 def everything(m):
@@ -322,7 +347,45 @@ def bench_g(src0, src1):
         out["Shard(1)"] / out["Shard(0)"], "report (CUDA comparison needs a GPU)")
 
 
-def write_md(extra):
+MD = os.path.join(REPO, "docs", "benchmarks.md")
+ORDER = "abcdefg"
+
+
+def previous_rows():
+    """Rows, '- x:' lines and (date, reps) per benchmark id of the docs/benchmarks.md
+    a previous run wrote, so a run of some benchmarks keeps the others' results."""
+    rows, extra, when = {}, {}, {}
+    if not os.path.exists(MD):
+        return rows, extra, when
+    date, reps = "?", {}
+    for line in open(MD, encoding="utf-8"):
+        line = line.rstrip("\n")
+        if line.startswith("## "):
+            break  # the notes (tests/bench/notes.md) begin
+        m = re.match(r"<!-- measured: (.*) -->$", line)
+        if m:
+            for item in m.group(1).split():
+                i, d, r = re.match(r"(\w)=([\d-]+)/(\d+)$", item).groups()
+                when[i] = (d, int(r))
+        m = re.match(r"- date: ([\d-]+)$", line)  # a file from before per-row dates
+        if m:
+            date = m.group(1)
+        m = re.match(r"- repetitions: best of (\d+)(?: \(c, d: best of (\d+)\))?$", line)
+        if m:
+            reps = {i: int(m.group(2) if i in "cd" and m.group(2) else m.group(1))
+                    for i in ORDER}
+        m = re.match(r"\| (\w) \|", line)
+        if m and m.group(1) in ORDER:
+            rows.setdefault(m.group(1), []).append(line)
+        m = re.match(r"- (\w): ", line)
+        if m and m.group(1) in ORDER:
+            extra.setdefault(m.group(1), []).append(line)
+    for i in rows:
+        when.setdefault(i, (date, reps.get(i, 0)))
+    return rows, extra, when
+
+
+def write_md(extra, only):
     date = datetime.date.today().isoformat()
     cpu = "?"
     try:
@@ -333,24 +396,41 @@ def write_md(extra):
     except OSError:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    old_rows, old_extra, when = previous_rows()
+    new_rows, new_extra = {}, {}
+    for i, what, ours, peer, ratio, target in rows:
+        new_rows.setdefault(i, []).append(
+            f"| {i} | {what} | {ours} | {peer} | {ratio:.2f}× | {target} |")
+        when[i] = (date, max(1, REPS - 1) if i in "cd" else REPS)
+    for line in extra:
+        new_extra.setdefault(line[2], []).append(line)
+    table, notes_x = [], []
+    for i in ORDER:
+        src_rows, src_extra = (new_rows, new_extra) if i in only else (old_rows, old_extra)
+        table += src_rows.get(i, [])
+        notes_x += src_extra.get(i, [])
+    shown = [i for i in ORDER if any(r.startswith(f"| {i} |") for r in table)]
+    by_date = {}
+    for i in shown:
+        by_date.setdefault(when.get(i, ("?", 0)), []).append(i)
     lines = [
         "# Benchmarks", "",
         "Generated by `tests/bench/run.sh` (do not edit the table by hand; the notes below "
-        "it are kept in `tests/bench/notes.md`).", "",
-        f"- date: {date}",
-        f"- machine: {os.cpu_count()} CPUs ({cpu}), {mem:.0f} GiB RAM, kernel "
+        "it are kept in `tests/bench/notes.md`).  A run of some benchmarks keeps the "
+        "other rows of the previous run.", "",
+        "- measured: " + "; ".join(
+            f"{', '.join(ids)} on {d} (best of {r})" for (d, r), ids in by_date.items()),
+        f"- machine (latest run): {os.cpu_count()} CPUs ({cpu}), {mem:.0f} GiB RAM, kernel "
         f"{platform.release()}, {'root' if ROOT else 'non-root'}",
-        f"- repetitions: best of {REPS} (c, d: best of {max(1, REPS - 1)})", "",
+        "<!-- measured: " + " ".join(f"{i}={when[i][0]}/{when[i][1]}" for i in shown
+                                     if i in when) + " -->", "",
         "| | benchmark | unshardfs | peer | ratio | target |",
         "|---|---|---|---|---|---|",
-    ]
-    for i, what, ours, peer, ratio, target in rows:
-        lines.append(f"| {i} | {what} | {ours} | {peer} | {ratio:.2f}× | {target} |")
-    lines += [""] + extra + [""]
+    ] + table + [""] + notes_x + [""]
     notes_md = os.path.join(HERE, "notes.md")
     if os.path.exists(notes_md):
         lines.append(open(notes_md).read())
-    with open(os.path.join(REPO, "docs", "benchmarks.md"), "w") as f:
+    with open(MD, "w") as f:
         f.write("\n".join(lines))
 
 
@@ -387,7 +467,12 @@ def main():
             size = gen.make_dcp(dbig, GB, world=2, shard=0)
             made.append(dbig)
             if only & set("cd"):
+                load0 = os.getloadavg()[0]
                 bench_cd(dbig, size)
+                for i in sorted(only & set("cd")):
+                    extra.append(f"- {i}: load average {load0:.1f} at the start, "
+                                 f"{os.getloadavg()[0]:.1f} at the end "
+                                 f"({os.cpu_count()} CPUs; other jobs count too)")
             if "e" in only:
                 pts = [(1, d1), (GB, dbig)]
                 if HUGE:
@@ -410,7 +495,7 @@ def main():
                 shutil.rmtree(p, ignore_errors=True)
             elif os.path.exists(p):
                 os.remove(p)
-    write_md(extra)
+    write_md(extra, only)
     for i, what, ours, peer, ratio, target in rows:
         print(f"{i}: {ratio:.2f}x  ({ours} vs {peer}; target {target})")
 
