@@ -35,6 +35,24 @@ static inline int fuzz_memfd(const void *data, size_t size)
 	return fd;
 }
 
+/*
+ * Put @data in the one memfd the whole run reuses and return its
+ * /proc/self/fd path in @path: what a reader opens as a file.  (A fresh
+ * memfd per input cost a memfd_create and a close every time.)
+ */
+static inline void fuzz_memfd_path(const void *data, size_t size,
+				   char *path, size_t len)
+{
+	static int fd = -1;
+
+	if (fd < 0)
+		fd = memfd_create("fuzz", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, 0) < 0 ||
+	    (size && pwrite(fd, data, size, 0) != (ssize_t)size))
+		abort();
+	snprintf(path, len, "/proc/self/fd/%d", fd);
+}
+
 /* Read a whole view back in 64 KiB steps; it must never fail. */
 static inline void fuzz_read_view(struct us_view *v)
 {
