@@ -14,6 +14,7 @@
 #include "../io.h"
 #include "cache.h"
 #include "plan.h"
+#include "tile.h"
 #include "zitem.h"
 
 /* Prefetch: a run of at least this many bytes asks the kernel for
@@ -102,6 +103,7 @@ struct cpu_ctx {
 	char *buf;
 	const struct us_extent *checked; /* last extent whose file was checked */
 	struct us_zitem_state z;         /* the zstd item being copied from */
+	struct us_tile_state tile;       /* the strided chunk's span held */
 	struct gather *g;                /* NULL until a short run is queued */
 };
 
@@ -180,6 +182,75 @@ int us_file_check(const struct us_file *f)
 	return 0;
 }
 
+static int cpu_emit(void *vctx, const struct us_copy_op *op);
+
+/* Element @i of strided row @op, as a plain op. */
+static struct us_copy_op element_of(const struct us_copy_op *op, uint64_t i)
+{
+	struct us_copy_op e = *op;
+
+	e.count = 1;
+	e.src_off = op->src_off + i * op->src_stride;
+	e.dst_off = op->dst_off + i * op->len;
+	return e;
+}
+
+/* Copy @n elements of @len bytes, @stride apart in @s, packed into @d.
+ * The common sizes get a fixed-size copy the compiler inlines. */
+static void gather(char *d, const unsigned char *s, uint64_t n, uint64_t len,
+		   uint64_t stride)
+{
+	uint64_t i;
+
+	switch (len) {
+	case 2:
+		for (i = 0; i < n; i++)
+			memcpy(d + 2 * i, s + i * stride, 2);
+		break;
+	case 4:
+		for (i = 0; i < n; i++)
+			memcpy(d + 4 * i, s + i * stride, 4);
+		break;
+	case 8:
+		for (i = 0; i < n; i++)
+			memcpy(d + 8 * i, s + i * stride, 8);
+		break;
+	default:
+		for (i = 0; i < n; i++)
+			memcpy(d + len * i, s + i * stride, len);
+	}
+}
+
+/*
+ * A strided row (a transposed chunk): gathered from the chunk's storage
+ * span held in the cache (tile.c).  A span that cannot be held, or one in
+ * a zstd item, is served element by element (queued for the gather, or
+ * copied from the decoded item).
+ */
+static int strided_emit(struct cpu_ctx *ctx, const struct us_file *f,
+			const struct us_copy_op *op)
+{
+	const unsigned char *span = NULL;
+	int rc = 0;
+
+	if (op->src->xf == US_XF_NONE)
+		span = us_tile_get(&ctx->tile, f, op->src->file, op->span_off,
+				   op->span_len, &rc);
+	if (rc < 0)
+		return rc;
+	if (span) {
+		gather(ctx->buf + op->dst_off, span + (op->src_off - op->span_off),
+		       op->count, op->len, op->src_stride);
+		return 0;
+	}
+	for (uint64_t i = 0; i < op->count && rc == 0; i++) {
+		struct us_copy_op e = element_of(op, i);
+
+		rc = cpu_emit(ctx, &e);
+	}
+	return rc;
+}
+
 static int cpu_emit(void *vctx, const struct us_copy_op *op)
 {
 	struct cpu_ctx *ctx = vctx;
@@ -194,6 +265,8 @@ static int cpu_emit(void *vctx, const struct us_copy_op *op)
 			return rc;
 		ctx->checked = op->src;
 	}
+	if (op->count > 1)
+		return strided_emit(ctx, f, op);
 	if (op->len < GATHER_SHORT && op->src->xf == US_XF_NONE) {
 		if (!ctx->g)
 			ctx->g = gather_get();
@@ -222,8 +295,10 @@ int us_tensor_read_stored(const struct us_statedict *sd,
 	int rc, frc;
 
 	us_zitem_begin(&ctx.z);
+	us_tile_begin(&ctx.tile);
 	rc = us_plan_range(t, off, len, cpu_emit, &ctx);
 	frc = gather_flush(&ctx); /* always empties the queue */
+	us_tile_end(&ctx.tile);
 	us_zitem_end(&ctx.z);
 	return rc ? rc : frc;
 }

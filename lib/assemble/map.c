@@ -58,7 +58,7 @@ static int map_emit(void *vctx, const struct us_copy_op *op)
 	const struct us_file *f = &ctx->sd->files[op->src->file];
 	int rc;
 
-	if (op->src->xf != US_XF_NONE)
+	if (op->src->xf != US_XF_NONE || op->count > 1)
 		return -EAGAIN;
 	/* As in the CPU executor: a changed file answers EIO. */
 	if (ctx->checked != (int32_t)op->src->file) {

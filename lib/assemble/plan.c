@@ -77,6 +77,37 @@ static uint64_t src_offset(const struct us_tensor *t, const struct us_chunk *c,
 	return c->src.offset + el * isz;
 }
 
+/* The bytes of chunk @c's storage, from its first element to its last. */
+static void chunk_span(const struct us_tensor *t, const struct us_chunk *c,
+		       uint64_t isz, uint64_t *off, uint64_t *len)
+{
+	uint64_t last = 0;
+
+	for (uint32_t k = 0; k < t->ndim; k++)
+		last += (c->sizes[k] - 1) * src_stride(t, c, k);
+	*off = c->src.offset;
+	*len = (last + 1) * isz;
+}
+
+/*
+ * From element @p (index @idx, inside chunk @c, with a strided last dim),
+ * how many whole elements along the last dim lie inside the chunk and
+ * before @end?  1 means: no strided row to emit here.
+ */
+static uint64_t strided_count(const struct us_tensor *t, const struct us_chunk *c,
+			      const uint64_t *idx, uint64_t p, uint64_t off,
+			      uint64_t end, uint64_t isz)
+{
+	uint32_t k = t->ndim - 1;
+	uint64_t rem, whole;
+
+	if (t->ndim == 0 || !c->src.strides || p * isz < off)
+		return 1;
+	rem = c->offsets[k] + c->sizes[k] - idx[k];
+	whole = (end - p * isz) / isz;
+	return rem < whole ? rem : whole;
+}
+
 static void unravel(const struct us_tensor *t, uint64_t p, uint64_t *idx)
 {
 	for (uint32_t k = t->ndim; k-- > 0;) {
@@ -94,6 +125,7 @@ static int plan_whole(const struct us_tensor *t, uint64_t off, uint64_t len,
 		.src_off = t->chunks[0].src.offset + off,
 		.dst_off = 0,
 		.len = len,
+		.count = 1,
 	};
 
 	return emit(ctx, &op);
@@ -123,7 +155,7 @@ int us_plan_range(const struct us_tensor *t, uint64_t off, uint64_t len,
 	for (p = off / isz; p * isz < end;) {
 		const struct us_chunk *c;
 		struct us_copy_op op;
-		uint64_t run, b0, b1;
+		uint64_t run, b0, b1, n;
 		int rc;
 
 		unravel(t, p, idx);
@@ -132,9 +164,24 @@ int us_plan_range(const struct us_tensor *t, uint64_t off, uint64_t len,
 		if (!c)
 			return -EIO;
 		run = run_length(t, c, idx);
+		memset(&op, 0, sizeof(op));
+		op.src = &c->src;
+		op.count = 1;
+		if (run == 1 && (n = strided_count(t, c, idx, p, off, end, isz)) > 1) {
+			op.src_off = src_offset(t, c, idx, isz);
+			op.dst_off = p * isz - off;
+			op.len = isz;
+			op.count = n;
+			op.src_stride = src_stride(t, c, t->ndim - 1) * isz;
+			chunk_span(t, c, isz, &op.span_off, &op.span_len);
+			rc = emit(ctx, &op);
+			if (rc)
+				return rc;
+			p += n;
+			continue;
+		}
 		b0 = p * isz > off ? p * isz : off;
 		b1 = (p + run) * isz < end ? (p + run) * isz : end;
-		op.src = &c->src;
 		op.src_off = src_offset(t, c, idx, isz) + (b0 - p * isz);
 		op.dst_off = b0 - off;
 		op.len = b1 - b0;

@@ -5,8 +5,9 @@
  * row-major order.  A chunk holds a box of them somewhere in a source file.
  * Planning walks the requested range and emits maximal runs that are
  * contiguous both in the output and in the source: those are read straight
- * into the reply buffer.  A run whose source is strided (a transposed shard)
- * is emitted element by element; the executor may gather them.
+ * into the reply buffer.  Where the source is strided (a transposed shard),
+ * each output row of a chunk is one strided op (count elements, a source
+ * stride); the executor gathers them.
  *
  * Plans are plain C with no I/O so that every shape is unit-testable.
  */
@@ -21,7 +22,17 @@ struct us_copy_op {
 	const struct us_extent *src; /* the chunk's extent */
 	uint64_t src_off; /* byte offset in the file (or decoded item) */
 	uint64_t dst_off; /* byte offset in the caller's buffer */
-	uint64_t len;     /* bytes */
+	uint64_t len;     /* bytes (count > 1: of each element) */
+	/*
+	 * A strided row: @count (> 1) whole elements of @len bytes, consecutive
+	 * in the output, @src_stride bytes apart in the source -- a row of a
+	 * transposed chunk.  [@span_off, @span_off + @span_len) is the chunk's
+	 * whole storage span, so that an executor can hold it once and gather
+	 * every row from memory.  count == 1 for a plain run.
+	 */
+	uint64_t count;
+	uint64_t src_stride;
+	uint64_t span_off, span_len;
 };
 
 /* Called for every op in output order; a non-zero return stops the plan. */

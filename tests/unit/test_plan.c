@@ -27,7 +27,15 @@ static int emit_copy(void *ctx, const struct us_copy_op *op)
 {
 	struct sink *s = ctx;
 
-	memcpy(s->out + op->dst_off, src_mem + op->src_off, op->len);
+	for (uint64_t i = 0; i < op->count; i++) {
+		if (op->count > 1 &&
+		    (op->src_off + i * op->src_stride < op->span_off ||
+		     op->src_off + i * op->src_stride + op->len >
+			     op->span_off + op->span_len))
+			abort(); /* a strided element outside its chunk's span */
+		memcpy(s->out + op->dst_off + i * op->len,
+		       src_mem + op->src_off + i * op->src_stride, op->len);
+	}
 	s->nops++;
 	return 0;
 }
@@ -288,6 +296,15 @@ static void test_exec_gather_transposed(void)
 	exec_all_ranges(true);
 }
 
+/* With a cache too small for the transposed chunk's span (tile.c), its
+ * rows are served element by element: the same bytes. */
+static void test_exec_transposed_uncached(void)
+{
+	CHECK(us_assemble_init(16) == 0);
+	exec_all_ranges(true);
+	CHECK(us_assemble_init(256u << 20) == 0);
+}
+
 /*
  * Two row chunks of 32 KiB: stored back to back they are one segment; with
  * a gap, two; presented as another dtype (--dtype), the read needs the
@@ -346,6 +363,7 @@ int main(void)
 	RUN(test_whole_and_scalar);
 	RUN(test_exec_gather);
 	RUN(test_exec_gather_transposed);
+	RUN(test_exec_transposed_uncached);
 	RUN(test_map_segments);
 	TEST_MAIN_END();
 }

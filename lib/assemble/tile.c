@@ -1,0 +1,77 @@
+/* tile.c - strided chunks' storage spans in the cache (tile.h). */
+#include "tile.h"
+
+#include <stddef.h>
+
+#include "../io.h"
+
+/* Spans share the cache with decoded zstd items, keyed by file offset: the
+ * top bit (no file offset has it) keeps a span from ever being taken for
+ * an item at the same offset, whatever a hostile checkpoint declares. */
+#define TILE_KEY_BIT (1ull << 63)
+
+void us_tile_begin(struct us_tile_state *st)
+{
+	st->pinned = NULL;
+}
+
+void us_tile_end(struct us_tile_state *st)
+{
+	if (st->pinned)
+		us_cache_put(us_cache_global(), st->pinned);
+	st->pinned = NULL;
+}
+
+static bool holds(const struct us_tile_state *st, struct us_cache_key key,
+		  uint64_t len)
+{
+	return st->pinned && st->key.file == key.file &&
+	       st->key.item_off == key.item_off &&
+	       us_cache_len(st->pinned) >= len;
+}
+
+/* Read the span into a new cache entry and list it; NULL on failure. */
+static struct us_cache_entry *fill(struct us_cache *c, struct us_cache_key key,
+				   const struct us_file *f, uint64_t off,
+				   uint64_t len, int *rc)
+{
+	struct us_cache_entry *e = us_cache_alloc(c, key, (size_t)len);
+
+	if (!e)
+		return NULL;
+	*rc = us_pread_full(f->fd, us_cache_buf(e), (size_t)len, off);
+	if (*rc < 0) {
+		us_cache_put(c, e);
+		return NULL;
+	}
+	return us_cache_publish(c, e);
+}
+
+const unsigned char *us_tile_get(struct us_tile_state *st,
+				 const struct us_file *f, uint32_t file,
+				 uint64_t off, uint64_t len, int *rc)
+{
+	struct us_cache_key key = { .file = file, .item_off = off | TILE_KEY_BIT };
+	struct us_cache *c = us_cache_global();
+	struct us_cache_entry *e;
+
+	*rc = 0;
+	if (holds(st, key, len))
+		return us_cache_buf(st->pinned);
+	us_tile_end(st);
+	if (!c || off >= TILE_KEY_BIT || len > SIZE_MAX)
+		return NULL;
+	e = us_cache_get(c, key);
+	if (!e)
+		e = fill(c, key, f, off, len, rc);
+	if (e && us_cache_len(e) < len) {
+		/* Another chunk's shorter span from the same offset. */
+		us_cache_put(c, e);
+		e = NULL;
+	}
+	if (!e)
+		return NULL;
+	st->key = key;
+	st->pinned = e;
+	return us_cache_buf(e);
+}
