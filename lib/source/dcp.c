@@ -559,8 +559,30 @@ static cJSON *byte_item_value(struct dcp *d, const char *fqn)
 	return v ? v : cJSON_CreateNull();
 }
 
+/*
+ * Grow @arr with nulls to @n items.  Each null costs one of @budget (the
+ * checkpoint's JSON budget): a planner path of 40 indexes near 65535 would
+ * otherwise make 40 * 65535 of them -- and counting the array's items on
+ * every one (cJSON walks its list) made that 10^10 steps (fuzz_dcp_metadata).
+ */
+static bool pad_array(cJSON *arr, size_t n, size_t *budget)
+{
+	size_t have = (size_t)cJSON_GetArraySize(arr);
+
+	if (have >= n)
+		return true;
+	if (n - have > *budget)
+		return false;
+	*budget -= n - have;
+	for (; have < n; have++)
+		if (!cJSON_AddItemToArray(arr, cJSON_CreateNull()))
+			return false;
+	return true;
+}
+
 /* Put @v at @path[1..] under the tree root (ints index arrays). */
-static bool tree_put(cJSON *root, const struct us_pk *path, cJSON *v)
+static bool tree_put(cJSON *root, const struct us_pk *path, cJSON *v,
+		     size_t *budget)
 {
 	cJSON *node = root;
 
@@ -583,8 +605,8 @@ static bool tree_put(cJSON *root, const struct us_pk *path, cJSON *v)
 			}
 		} else if (k->kind == US_PK_INT && k->u.i >= 0 && k->u.i < 65536 &&
 			   cJSON_IsArray(node)) {
-			while (cJSON_GetArraySize(node) <= k->u.i)
-				cJSON_AddItemToArray(node, cJSON_CreateNull());
+			if (!pad_array(node, (size_t)k->u.i + 1, budget))
+				return false;
 			if (last)
 				return cJSON_ReplaceItemInArray(node, (int)k->u.i, v);
 			child = cJSON_GetArrayItem(node, (int)k->u.i);
@@ -616,7 +638,7 @@ static enum us_status add_optim_value(struct dcp *d, const char *fqn)
 	if (!v)
 		return us_err_set(d->err, US_E_NOMEM, d->metapath, "out of memory");
 	if (path && us_pk_is_str(us_pk_at(path, 1), "param_groups") &&
-	    tree_put(d->optim_tree, path, v))
+	    tree_put(d->optim_tree, path, v, d->json_budget))
 		return US_OK;
 	scalars = cJSON_GetObjectItemCaseSensitive(d->optim_tree, "scalars");
 	cJSON_AddItemToObject(scalars, optim_name(d, fqn), v);

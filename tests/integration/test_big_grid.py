@@ -1,4 +1,5 @@
-"""A DCP tensor in 100,000 chunks mounts and reads back (lib/overlap.c).
+"""Hostile sizes in DCP metadata that must still mount: 100,000 chunks of one
+tensor (lib/overlap.c), a param_groups path of huge indexes (dcp.c).
 
 The chunk-overlap check used to compare every chunk with every earlier one:
 5 * 10^9 box tests for this checkpoint. Nothing here is timed; the mount
@@ -9,6 +10,7 @@ pointing at one small item (a torch.save of a 1 x 1 tensor), which the
 reader accepts as it would any item.
 """
 import io
+import json
 import os
 import pickle
 
@@ -55,3 +57,44 @@ def test_dcp_grid_of_100k_chunks_mounts(tmp_path):
     with mount(str(src), timeout=120) as mnt:
         data = open(os.path.join(mnt, "tensors", "w"), "rb").read()
     assert data == torch.full((SIDE, SIDE), 7.5).numpy().tobytes()
+
+
+def test_dcp_planner_path_of_big_indexes_mounts(tmp_path):
+    """A param_groups path of 40 indexes 65535 deep (found by fuzz_dcp_metadata).
+
+    optimizer.json pads arrays with nulls up to an index; the padding used to
+    count the array on every null (10^10 steps) and is now bounded by the
+    checkpoint's JSON budget, after which the value is kept under "scalars".
+    """
+    src = tmp_path / "deep"
+    src.mkdir()
+    tensor, scalar = io.BytesIO(), io.BytesIO()
+    torch.save(torch.full((1,), 2.0), tensor)
+    torch.save(0.25, scalar)
+    tensor, scalar = tensor.getvalue(), scalar.getvalue()
+    with open(src / "__0_0.distcp", "wb") as f:
+        f.write(tensor + scalar)
+    lr = "optim.param_groups.0.lr"
+    md = dcp_md.Metadata(
+        state_dict_metadata={
+            "model.w": dcp_md.TensorStorageMetadata(
+                properties=dcp_md.TensorProperties(dtype=torch.float32),
+                size=torch.Size([1]),
+                chunks=[dcp_md.ChunkStorageMetadata(offsets=torch.Size([0]),
+                                                    sizes=torch.Size([1]))]),
+            lr: dcp_md.BytesStorageMetadata()},
+        storage_data={
+            dcp_md.MetadataIndex(fqn="model.w", offset=torch.Size([0])):
+                dcp_fs._StorageInfo(relative_path="__0_0.distcp", offset=0,
+                                    length=len(tensor)),
+            dcp_md.MetadataIndex(fqn=lr):
+                dcp_fs._StorageInfo(relative_path="__0_0.distcp", offset=len(tensor),
+                                    length=len(scalar))},
+        planner_data={"model.w": ("model", "w"),
+                      lr: ("optim", "param_groups", 0, "lr") + (65535,) * 40})
+    with open(src / ".metadata", "wb") as f:
+        pickle.dump(md, f)
+    with mount(str(src), timeout=60) as mnt:
+        assert open(os.path.join(mnt, "tensors", "w"), "rb").read() == \
+            torch.full((1,), 2.0).numpy().tobytes()
+        json.load(open(os.path.join(mnt, "optimizer.json")))
