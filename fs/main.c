@@ -292,7 +292,7 @@ static void add_mount_opts(struct fuse_args *args, const struct us_opts *o)
 	if (strpbrk(src, ", \t\n\\") || strlen(src) > 3000)
 		src = "unshardfs";
 	snprintf(opt, sizeof(opt), "ro,default_permissions,subtype=unshardfs,"
-		 "fsname=%s", src);
+		 "max_read=%u,fsname=%s", us_max_read(), src);
 	fuse_opt_add_arg(args, "-o");
 	fuse_opt_add_arg(args, opt);
 	for (size_t i = 0; i < o->nfuse_opts; i++) {

@@ -33,6 +33,7 @@ static void us_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	conn->max_background = 64;
+	conn->max_read = us_max_read(); /* the same as -o max_read (main.c) */
 	conn->congestion_threshold = 48;
 }
 
@@ -364,14 +365,19 @@ static bool fits_pipe(size_t size)
 	return size + 3 * 4096 <= pipe_max;
 }
 
-unsigned us_read_ahead_kb(void)
+unsigned us_max_read(void)
 {
-	size_t kb;
+	size_t b;
 
 	pthread_once(&pipe_max_once, pipe_max_read);
-	kb = pipe_max > 3 * 4096 ? (pipe_max - 3 * 4096) / 1024 : 128;
-	kb -= kb % 4; /* whole pages */
-	return kb > 1024 ? 1024 : kb < 128 ? 128 : (unsigned)kb;
+	b = pipe_max > 3 * 4096 + (128u << 10) ? pipe_max - 3 * 4096 : 128u << 10;
+	b -= b % 4096; /* whole pages */
+	return b > (1u << 20) ? 1u << 20 : (unsigned)b;
+}
+
+unsigned us_read_ahead_kb(void)
+{
+	return US_READ_AHEAD_REQS * (us_max_read() / 1024);
 }
 
 static int reply_mapped(fuse_req_t req, const struct us_node *n, size_t size,

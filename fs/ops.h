@@ -10,11 +10,21 @@
 extern const struct fuse_lowlevel_ops us_fuse_ops;
 
 /*
- * us_read_ahead_kb - the read-ahead the daemon asks of its mount's bdi
- * instead of the kernel's 128 KiB default: the largest request whose reply
- * libfuse can still splice (ops.c, fits_pipe): 1012 KiB with the default
- * 1 MiB pipe-max-size, at most 1024 (256 pages, the kernel's FUSE maximum).
+ * us_max_read - the largest read request the kernel may send: the largest
+ * whose reply libfuse can still splice (ops.c, fits_pipe): 1036288 bytes
+ * with the default 1 MiB pipe-max-size, at most 1 MiB (256 pages, the
+ * kernel's FUSE maximum).  main.c passes it as -o max_read.
  */
+unsigned us_max_read(void);
+
+/*
+ * us_read_ahead_kb - the read-ahead the daemon asks of its mount's bdi
+ * instead of the kernel's 128 KiB default: US_READ_AHEAD_REQS requests of
+ * us_max_read() bytes.  One: measured (docs/benchmarks.md), four requests
+ * in flight read as fast warm and 30% slower cold -- served out of order,
+ * they break the source files' own sequential read-ahead.
+ */
+#define US_READ_AHEAD_REQS 1
 unsigned us_read_ahead_kb(void);
 
 /*
