@@ -28,6 +28,8 @@ SCRATCH = os.environ.get("BENCH_DIR", "/tmp/unshardfs-bench")
 GB = float(os.environ.get("BENCH_GB", "4"))
 HUGE = float(os.environ.get("BENCH_HUGE_GB", "0"))
 REPS = int(os.environ.get("BENCH_REPS", "3"))
+# The peer's read-ahead when ours cannot be read back (not root): a: the same
+# as unshardfs set for its own mount.
 RA_KB = int(os.environ.get("BENCH_RA_KB", "1024"))
 ROOT = os.geteuid() == 0
 rows = []          # (id, what, ours, peer, ratio, target)
@@ -129,13 +131,14 @@ def us(src, *opts):
     return Mount([US, "-f", "-q", *opts, src])
 
 
-def base(backing):
+def base(backing, ra_kb=None):
     m = Mount([BASE, "-f", backing])
-    if ROOT and RA_KB:
-        # the peer gets the same kernel read-ahead as unshardfs sets for itself
+    ra_kb = ra_kb or RA_KB
+    if ROOT and ra_kb:
+        # the peer gets the same kernel read-ahead as unshardfs set for itself
         try:
             with open(bdi_of(m.mnt), "w") as f:
-                f.write(str(RA_KB))
+                f.write(str(ra_kb))
         except OSError:
             pass
     return m
@@ -170,7 +173,7 @@ def bench_a(src, backing):
             assert n == size
             t_us.append(t)
         warm([backing])
-        with base(backing) as b:
+        with base(backing, ra) as b:
             t, n = timed(lambda: read_all(b.path("model.safetensors")))
             assert n == size
             t_bl.append(t)
@@ -199,58 +202,83 @@ def bench_b(src):
         f"{g_nat:.2f} GB/s (cat of the shards)", g_us / g_nat, "≥ 0.8×")
 
 
+# The loader of c and d, run in a fresh interpreter.  Its imports (torch,
+# safetensors, the peer's converter) are done before the clock starts and are
+# the same for every side: what is timed is mount-or-convert plus the load.  It
+# prints "ready", waits for the mount point (or the scratch directory) on stdin,
+# then works; the parent times from the line it sends to the answer.
 FIRST = r"""
 import sys, time
-t0 = time.perf_counter()
 from safetensors import safe_open
 import torch
-mode, src, mnt = sys.argv[1:4]
+mode, src = sys.argv[1:3]
+if mode.startswith("accel"):
+    from accelerate.utils import merge_fsdp_weights
+elif mode.startswith("convert"):
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+print("ready", flush=True)
+mnt = sys.stdin.readline().strip()
+# safe_open maps the file: get_tensor alone reads nothing, so every side copies
+# each tensor it loads (.clone()), which reads its bytes.
 if mode == "mount-first":
     with safe_open(mnt + "/model.safetensors", framework="pt") as f:
         k = next(iter(f.keys()))
-        t = f.get_tensor(k)
+        t = f.get_tensor(k).clone()
 elif mode == "mount-all":
     n = 0
     with safe_open(mnt + "/model.safetensors", framework="pt") as f:
         for k in f.keys():
-            n += f.get_tensor(k).numel()
+            n += f.get_tensor(k).clone().numel()
 elif mode.startswith("accel"):
     # what `accelerate merge-weights SRC OUT` runs, then the same load as the mount's
-    from accelerate.utils import merge_fsdp_weights
     merge_fsdp_weights(src, mnt)
     with safe_open(mnt + "/model.safetensors", framework="pt") as f:
         n = 0
         for k in f.keys():
-            n += f.get_tensor(k).numel()
+            n += f.get_tensor(k).clone().numel()
             if mode == "accel-first":
                 break
 else:
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
     out = mnt + "/converted.pt"
     dcp_to_torch_save(src, out)
     if mode == "convert-first":
         sd = torch.load(out, mmap=True, weights_only=True)["model"]
         t = next(iter(sd.values())).clone()
     else:
-        sd = torch.load(out, weights_only=True)["model"]
+        sd = torch.load(out, weights_only=True)["model"]  # reads every byte
         n = sum(v.numel() for v in sd.values())
-print(time.perf_counter() - t0)
+print("done", flush=True)
 """
 
 
+def _run_loader(child, where, t0):
+    """Send @where; seconds from @t0 to the loader's "done" (its exit, a
+    second or so of torch teardown, is not the load's)."""
+    child.stdin.write(where + "\n")
+    child.stdin.flush()
+    ok = child.stdout.readline().strip() == "done"
+    t = time.perf_counter() - t0
+    if child.wait() != 0 or not ok:
+        raise RuntimeError(f"loader failed: {child.stderr.read()}")
+    return t
+
+
 def load_peer(src, mode):
-    """Python-side seconds of a loader run in a fresh interpreter (imports included)."""
+    """Seconds from go to loaded, caches dropped, in an interpreter that has
+    already imported everything (interpreter start and imports excluded, for
+    every side alike); for the mount, the mount itself is timed."""
+    child = subprocess.Popen([PY, "-c", FIRST, mode, src], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if child.stdout.readline().strip() != "ready":
+        raise RuntimeError(f"loader did not start: {child.stderr.read()}")
+    drop_caches()  # the interpreter's mapped libraries stay resident
     if mode.startswith("mount"):
         t0 = time.perf_counter()
         with us(src) as m:
-            r = subprocess.run([PY, "-c", FIRST, mode, src, m.mnt], check=True,
-                               capture_output=True, text=True)
-            return time.perf_counter() - t0
+            return _run_loader(child, m.mnt, t0)
     d = tempfile.mkdtemp(prefix="usbench-conv-", dir=SCRATCH)
     try:
-        t0 = time.perf_counter()
-        subprocess.run([PY, "-c", FIRST, mode, src, d], check=True, capture_output=True)
-        return time.perf_counter() - t0
+        return _run_loader(child, d, time.perf_counter())
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -273,10 +301,8 @@ def bench_cd(src, size):
                           ("d", "all", "load every tensor (mount + get_tensor of each)")):
         ours, peer = [], {m: [] for m, _ in peers}
         for _ in range(max(1, REPS - 1)):  # interleaved: noise falls on all alike
-            drop_caches()
-            ours.append(load_peer(src, "mount-" + kind))
+            ours.append(load_peer(src, "mount-" + kind))  # drops caches itself
             for m, _label in peers:
-                drop_caches()
                 peer[m].append(load_peer(src, f"{m}-{kind}"))
         for m, label in peers:
             add(i, f"{what}, {size / 1e9:.1f} GB DCP, cold", f"{best(ours):.2f} s",
