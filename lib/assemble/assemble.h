@@ -70,10 +70,8 @@ int us_tensor_read_cast(const struct us_statedict *sd, const struct us_tensor *t
 			void *buf, uint64_t len, uint64_t off);
 
 /* us_assemble_set_device - where --dtype casts run: -1 the CPU, or CUDA
- * device N (falls back to the CPU per call if the device fails).  With
- * @auto_pick (--device=auto), only the cast pairs measured faster on the
- * device go there (cast_read.c, docs/dtype-and-devices.md). */
-void us_assemble_set_device(int dev, bool auto_pick);
+ * device N (falls back to the CPU per call if the device fails). */
+void us_assemble_set_device(int dev);
 
 /* us_prefetch_after - after a run of @len bytes at @off of @f, ask the
  * kernel to start reading the stretch further on (exec_cpu.c). */

@@ -21,35 +21,18 @@
 #define CAST_BLOCK_DEV (1u << 20)
 
 /* --device: -1 converts on the CPU, N on CUDA device N (with a fallback to
- * the CPU if the device fails); auto_pick keeps the pairs that the device
- * does not speed up on the CPU. */
+ * the CPU if the device fails). */
 static int cast_device = -1;
-static bool cast_auto;
 
-void us_assemble_set_device(int dev, bool auto_pick)
+void us_assemble_set_device(int dev)
 {
 	cast_device = dev;
-	cast_auto = auto_pick;
-}
-
-/*
- * Measured on an H200 (docs/gpu-results.txt): end to end, a cast pays its
- * round trip to the device only where the CPU's conversion is the
- * bottleneck.  Exporting fp32 as f16 ran 1.9x faster with CUDA (0.51 vs
- * 0.27 GB/s), fp32 as bf16 1.2x slower (0.60 vs 0.74).  The pairs whose CPU
- * conversion runs below 0.5 GB/s (every cast to f16, and f16 to bf16:
- * 0.21-0.46 GB/s, against 0.6-2.6 for the others) go to the device.
- */
-static bool device_pays(enum us_dtype from, enum us_dtype to)
-{
-	return to == US_DT_F16 || (from == US_DT_F16 && to == US_DT_BF16);
 }
 
 static void convert(enum us_dtype from, enum us_dtype to, const void *src,
 		    void *dst, size_t n)
 {
-	if (cast_device < 0 || (cast_auto && !device_pays(from, to)) ||
-	    us_cuda_cast(cast_device, from, to, src, dst, n) < 0)
+	if (cast_device < 0 || us_cuda_cast(cast_device, from, to, src, dst, n) < 0)
 		us_cast(from, to, src, dst, n);
 }
 

@@ -89,6 +89,65 @@ static void test_blocks_match_rules(void)
 	for (uint32_t i = 0; i < 65536; i++)
 		bad += h2[i] != us_f32_to_f16(f[i]);
 	CHECK(bad == 0);
+	bad = 0;
+	/* Every bf16 to f16, every f16 to bf16, through the vector paths. */
+	us_cast(US_DT_BF16, US_DT_F16, h, h2, 65536);
+	for (uint32_t i = 0; i < 65536; i++)
+		bad += h2[i] != us_f32_to_f16(i << 16);
+	us_cast(US_DT_F16, US_DT_BF16, h, h2, 65536);
+	for (uint32_t i = 0; i < 65536; i++) {
+		uint32_t u = us_f16_to_f32((uint16_t)i);
+
+		bad += h2[i] != us_f32_to_bf16(us_f32_nan(u) ? u | 0x400000u : u);
+	}
+	CHECK(bad == 0);
+	bad = 0;
+	{
+		static double d[4096];
+		static uint16_t h3[4096];
+
+		for (uint32_t i = 0; i < 4096; i++) {
+			float g;
+
+			memcpy(&g, &f[i * 16], 4);
+			d[i] = (double)g * (1.0 + 1e-9 * (double)(i % 7));
+		}
+		d[0] = 65519.99999; /* rounds to 65520 as f32, then to inf */
+		us_cast(US_DT_F64, US_DT_F16, d, h3, 4096);
+		for (uint32_t i = 0; i < 4096; i++) {
+			float g = (float)d[i];
+			uint32_t u;
+
+			memcpy(&u, &g, 4);
+			bad += h3[i] != us_f32_to_f16(u);
+		}
+		us_cast(US_DT_F64, US_DT_BF16, d, h3, 4096);
+		for (uint32_t i = 0; i < 4096; i++) {
+			float g = (float)d[i];
+			uint32_t u;
+
+			memcpy(&u, &g, 4);
+			bad += h3[i] != us_f32_to_bf16(u);
+		}
+		us_cast(US_DT_F64, US_DT_F32, d, w, 4096);
+		for (uint32_t i = 0; i < 4096; i++) {
+			float g = (float)d[i];
+			uint32_t u;
+
+			memcpy(&u, &g, 4);
+			bad += w[i] != u;
+		}
+	}
+	CHECK(bad == 0);
+	bad = 0;
+	/* f32 to bf16 (ties, NaNs, overflow to infinity included) and back. */
+	us_cast(US_DT_F32, US_DT_BF16, f, h2, 65536);
+	for (uint32_t i = 0; i < 65536; i++)
+		bad += h2[i] != us_f32_to_bf16(f[i]);
+	us_cast(US_DT_BF16, US_DT_F32, h, w, 65536);
+	for (uint32_t i = 0; i < 65536; i++)
+		bad += w[i] != i << 16;
+	CHECK(bad == 0);
 }
 
 int main(void)
