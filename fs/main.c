@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/vfs.h>
 #include <fcntl.h>
@@ -364,6 +365,11 @@ int main(int argc, char **argv)
 	struct us_opts o;
 	int rc;
 
+	/* Large transient buffers (a reply, a bounce buffer of libfuse's)
+	 * are mapped and unmapped each time: glibc's default threshold grows
+	 * after the first free and then keeps them in per-thread arenas, which
+	 * made the daemon's RSS grow with the number of FUSE threads. */
+	mallopt(M_MMAP_THRESHOLD, 256 << 10);
 	if (us_opts_parse(&o, argc, argv) < 0)
 		return EXIT_USAGE;
 	if (o.help) {

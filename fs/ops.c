@@ -339,12 +339,17 @@ static int reply_segs(fuse_req_t req, const struct us_seg *seg, size_t n)
 }
 
 /*
- * libfuse splices a reply through a pipe that must hold the header page and
- * every page the data touches; it cannot grow a pipe past
- * /proc/sys/fs/pipe-max-size (1 MiB by default) and otherwise falls back to
- * a freshly mapped bounce buffer per reply, slower than our own buffer.
- * Replies too big for the pipe therefore take the buffered path.
+ * libfuse splices a reply through a pipe it sizes as one page per segment
+ * plus two, plus the reply (fuse_send_data_iov); it cannot grow a pipe past
+ * /proc/sys/fs/pipe-max-size (1 MiB by default) and then falls back to a
+ * freshly allocated bounce buffer per reply -- a copy, and under glibc's
+ * growing mmap threshold, memory that piles up in the threads' arenas.  So
+ * a reply is only handed to libfuse when it fits that pipe (fits_pipe), and
+ * requests are sized (us_max_read) so that one of up to SPLICE_SEGS
+ * segments does; anything else takes our own buffer.
  */
+#define SPLICE_SEGS 5
+
 static size_t pipe_max = 1u << 20;
 static pthread_once_t pipe_max_once = PTHREAD_ONCE_INIT;
 
@@ -359,18 +364,26 @@ static void pipe_max_read(void)
 		fclose(f);
 }
 
-static bool fits_pipe(size_t size)
+/* The pipe libfuse needs for @size bytes in @nsegs segments, and a page of
+ * slack for the reply header. */
+static size_t pipe_need(size_t size, size_t nsegs)
+{
+	return size + (nsegs + 3) * 4096;
+}
+
+static bool fits_pipe(size_t size, size_t nsegs)
 {
 	pthread_once(&pipe_max_once, pipe_max_read);
-	return size + 3 * 4096 <= pipe_max;
+	return pipe_need(size, nsegs) <= pipe_max;
 }
 
 unsigned us_max_read(void)
 {
-	size_t b;
+	size_t slack = pipe_need(0, SPLICE_SEGS), b = 128u << 10;
 
 	pthread_once(&pipe_max_once, pipe_max_read);
-	b = pipe_max > 3 * 4096 + (128u << 10) ? pipe_max - 3 * 4096 : 128u << 10;
+	if (pipe_max > slack + b)
+		b = pipe_max - slack;
 	b -= b % 4096; /* whole pages */
 	return b > (1u << 20) ? 1u << 20 : (unsigned)b;
 }
@@ -387,9 +400,8 @@ static int reply_mapped(fuse_req_t req, const struct us_node *n, size_t size,
 	struct us_segs segs = { .v = segv, .cap = REPLY_SEGS };
 	long long got;
 
-	if (!fits_pipe(size))
+	if (!fits_pipe(size, 1))
 		return -EAGAIN;
-
 	if (n->kind == US_NODE_PASSTHROUGH) {
 		segv[0] = (struct us_seg){ .fd = (int)fi->fh, .off = (uint64_t)off,
 					   .len = size };
@@ -404,6 +416,8 @@ static int reply_mapped(fuse_req_t req, const struct us_node *n, size_t size,
 		fuse_reply_err(req, (int)-got);
 		return 0;
 	}
+	if (!fits_pipe(size, segs.n))
+		return -EAGAIN;
 	return reply_segs(req, segv, segs.n);
 }
 

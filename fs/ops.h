@@ -11,9 +11,10 @@ extern const struct fuse_lowlevel_ops us_fuse_ops;
 
 /*
  * us_max_read - the largest read request the kernel may send: the largest
- * whose reply libfuse can still splice (ops.c, fits_pipe): 1036288 bytes
- * with the default 1 MiB pipe-max-size, at most 1 MiB (256 pages, the
- * kernel's FUSE maximum).  main.c passes it as -o max_read.
+ * whose reply, in up to a few segments, libfuse can still splice (ops.c,
+ * fits_pipe): 1015808 bytes (992 KiB) with the default 1 MiB pipe-max-size,
+ * at most 1 MiB (256 pages, the kernel's FUSE maximum).  main.c passes it
+ * as -o max_read.
  */
 unsigned us_max_read(void);
 
