@@ -57,6 +57,44 @@ static void test_widening(void)
 	CHECK(!us_cast_supported(US_DT_F32, US_DT_F64));
 }
 
+/* f64 bits -> the f32 bits C's (float) gives: the scalar rule's first step. */
+static uint32_t f64_as_f32(double d)
+{
+	float g = (float)d;
+	uint32_t u;
+
+	memcpy(&u, &g, 4);
+	return u;
+}
+
+/* f64 to f16, bf16 and f32 over 4096 values derived from @f (the f32 test
+ * values, scaled off their f32 grid); the number of wrong elements. */
+static int f64_blocks_match_rules(const uint32_t *f)
+{
+	static double d[4096];
+	static uint16_t h[4096];
+	static uint32_t w[4096];
+	int bad = 0;
+
+	for (uint32_t i = 0; i < 4096; i++) {
+		float g;
+
+		memcpy(&g, &f[i * 16], 4);
+		d[i] = (double)g * (1.0 + 1e-9 * (double)(i % 7));
+	}
+	d[0] = 65519.99999; /* rounds to 65520 as f32, then to inf */
+	us_cast(US_DT_F64, US_DT_F16, d, h, 4096);
+	for (uint32_t i = 0; i < 4096; i++)
+		bad += h[i] != us_f32_to_f16(f64_as_f32(d[i]));
+	us_cast(US_DT_F64, US_DT_BF16, d, h, 4096);
+	for (uint32_t i = 0; i < 4096; i++)
+		bad += h[i] != us_f32_to_bf16(f64_as_f32(d[i]));
+	us_cast(US_DT_F64, US_DT_F32, d, w, 4096);
+	for (uint32_t i = 0; i < 4096; i++)
+		bad += w[i] != f64_as_f32(d[i]);
+	return bad;
+}
+
 /*
  * Whole blocks take the vector path (F16C, where the CPU has it); the
  * rules in cast_rules.h are the reference, element by element: every f16
@@ -102,42 +140,7 @@ static void test_blocks_match_rules(void)
 	}
 	CHECK(bad == 0);
 	bad = 0;
-	{
-		static double d[4096];
-		static uint16_t h3[4096];
-
-		for (uint32_t i = 0; i < 4096; i++) {
-			float g;
-
-			memcpy(&g, &f[i * 16], 4);
-			d[i] = (double)g * (1.0 + 1e-9 * (double)(i % 7));
-		}
-		d[0] = 65519.99999; /* rounds to 65520 as f32, then to inf */
-		us_cast(US_DT_F64, US_DT_F16, d, h3, 4096);
-		for (uint32_t i = 0; i < 4096; i++) {
-			float g = (float)d[i];
-			uint32_t u;
-
-			memcpy(&u, &g, 4);
-			bad += h3[i] != us_f32_to_f16(u);
-		}
-		us_cast(US_DT_F64, US_DT_BF16, d, h3, 4096);
-		for (uint32_t i = 0; i < 4096; i++) {
-			float g = (float)d[i];
-			uint32_t u;
-
-			memcpy(&u, &g, 4);
-			bad += h3[i] != us_f32_to_bf16(u);
-		}
-		us_cast(US_DT_F64, US_DT_F32, d, w, 4096);
-		for (uint32_t i = 0; i < 4096; i++) {
-			float g = (float)d[i];
-			uint32_t u;
-
-			memcpy(&u, &g, 4);
-			bad += w[i] != u;
-		}
-	}
+	bad += f64_blocks_match_rules(f);
 	CHECK(bad == 0);
 	bad = 0;
 	/* f32 to bf16 (ties, NaNs, overflow to infinity included) and back. */
