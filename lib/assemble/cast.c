@@ -124,7 +124,34 @@ static void cast_scalar(enum us_dtype from, enum us_dtype to,
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
+
+/*
+ * What the CPU and the kernel allow, from CPUID (clang's
+ * __builtin_cpu_supports knows no "f16c"): AVX needs the OS to save the
+ * YMM state (OSXSAVE, then XCR0 bits 1 and 2).
+ */
+enum { CPU_AVX = 1, CPU_F16C = 2, CPU_AVX2 = 4 };
+
+static unsigned cpu_features(void)
+{
+	static int have = -1;
+	unsigned a, b, c, d, lo, hi, f = 0;
+
+	if (have >= 0)
+		return (unsigned)have;
+	if (__get_cpuid(1, &a, &b, &c, &d) && (c & bit_OSXSAVE)) {
+		__asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+		if ((lo & 6) == 6 && (c & bit_AVX)) {
+			f |= CPU_AVX | ((c & bit_F16C) ? CPU_F16C : 0);
+			if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX2))
+				f |= CPU_AVX2;
+		}
+	}
+	have = (int)f;
+	return f;
+}
 
 /*
  * Conversions to and from f16 with the F16C instructions, 8 elements at a
@@ -295,11 +322,7 @@ static size_t bf16_to_f32_avx2(const unsigned char *p, unsigned char *q, size_t 
 static size_t cast_avx2(enum us_dtype from, enum us_dtype to,
 			const unsigned char *p, unsigned char *q, size_t n)
 {
-	static int have = -1;
-
-	if (have < 0)
-		have = __builtin_cpu_supports("avx2");
-	if (!have)
+	if (!(cpu_features() & CPU_AVX2))
 		return 0;
 	if (from == US_DT_F32 && to == US_DT_BF16)
 		return f32_to_bf16_avx2(p, q, n);
@@ -314,11 +337,7 @@ static size_t cast_avx2(enum us_dtype from, enum us_dtype to,
 static size_t cast_f16c(enum us_dtype from, enum us_dtype to,
 			const unsigned char *p, unsigned char *q, size_t n)
 {
-	static int have = -1;
-
-	if (have < 0)
-		have = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-	if (!have)
+	if ((cpu_features() & (CPU_AVX | CPU_F16C)) != (CPU_AVX | CPU_F16C))
 		return 0;
 	if (from == US_DT_F32 && to == US_DT_F16)
 		return f32_to_f16_f16c(p, q, n);
