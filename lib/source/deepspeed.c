@@ -55,16 +55,7 @@ struct ds {
 
 static bool has_model_states(int dirfd)
 {
-	char **names;
-	size_t n;
-	bool yes = false;
-
-	if (us_dirlist(dirfd, &names, &n) != US_OK)
-		return false;
-	for (size_t i = 0; i < n && !yes; i++)
-		yes = us_path_has_suffix(names[i], "_model_states.pt");
-	us_dirlist_free(names, n);
-	return yes;
+	return us_dir_any(dirfd, us_ds_model_states_name);
 }
 
 static bool ds_probe(int dirfd, const char *file)

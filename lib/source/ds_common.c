@@ -29,6 +29,11 @@ bool us_ds_read_tag(int dirfd, const char *name, char *tag)
 	return n > 0 && us_path_is_inside(tag) && !memchr(tag, '\n', (size_t)n);
 }
 
+bool us_ds_model_states_name(const char *n)
+{
+	return us_path_has_suffix(n, "_model_states.pt");
+}
+
 bool us_ds_rank_name(const char *n, const char *kind, long *r, long *mp)
 {
 	char *end;

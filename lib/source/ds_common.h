@@ -37,6 +37,10 @@ struct us_ds_param {
  * names, stripped; false if there is none or it could climb out. */
 bool us_ds_read_tag(int dirfd, const char *name, char *tag);
 
+/* us_ds_model_states_name - "..._model_states.pt": a model states file
+ * (ZeRO's or a universal checkpoint's). */
+bool us_ds_model_states_name(const char *n);
+
 /* us_ds_rank_name - "[bf16_|fp16_]zero_pp_rank_<r>_mp_rank_<mp><kind>"? */
 bool us_ds_rank_name(const char *n, const char *kind, long *r, long *mp);
 

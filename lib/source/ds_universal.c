@@ -50,15 +50,10 @@ struct uc {
 
 /* ---- finding the folder ------------------------------------------------------ */
 
-static bool model_states_name(const char *n)
-{
-	return us_path_has_suffix(n, "_model_states.pt");
-}
-
 static bool is_universal(int dirfd)
 {
 	return faccessat(dirfd, UC_OPTIM, F_OK, 0) == 0 &&
-	       us_dir_any(dirfd, model_states_name);
+	       us_dir_any(dirfd, us_ds_model_states_name);
 }
 
 static bool uc_probe(int dirfd, const char *file)
@@ -150,7 +145,7 @@ static enum us_status classify(struct uc *u, const char *name)
 		return note_model(u, name, r, true);
 	if (!strcmp(name, "mp_rank_00_model_states.pt"))
 		return note_model(u, name, 0, false);
-	if (model_states_name(name) && (!strncmp(name, "mp_rank_", 8) ||
+	if (us_ds_model_states_name(name) && (!strncmp(name, "mp_rank_", 8) ||
 					us_ds_rank_name(name, "_model_states.pt", &r, &mp)))
 		return us_err_set(u->err, US_E_UNSUPPORTED, relpath(u, name, ""),
 				  "model (tensor) parallel checkpoints are not "
