@@ -26,9 +26,10 @@
 #define US_PREFETCH_SPAN 4
 
 /*
- * Gathers.  A plan emits many short runs where the source is strided (one
- * per element of a transposed chunk) or where every output row gathers from
- * several chunks (Shard(1)).  One pread each costs a syscall per few bytes,
+ * Gathers.  A plan emits many short runs where every output row gathers
+ * from several chunks (Shard(1)), and a transposed chunk too big for the
+ * cache is served element by element (strided_emit).  One pread each costs
+ * a syscall per few bytes,
  * so short plain runs are queued, sorted by source, and served by reading
  * each source span that covers a group of them once into a per-thread
  * buffer and scattering.  Long runs still go straight into the reply.

@@ -98,11 +98,12 @@ static uint64_t strided_count(const struct us_tensor *t, const struct us_chunk *
 			      const uint64_t *idx, uint64_t p, uint64_t off,
 			      uint64_t end, uint64_t isz)
 {
-	uint32_t k = t->ndim - 1;
+	uint32_t k;
 	uint64_t rem, whole;
 
 	if (t->ndim == 0 || !c->src.strides || p * isz < off)
 		return 1;
+	k = t->ndim - 1;
 	rem = c->offsets[k] + c->sizes[k] - idx[k];
 	whole = (end - p * isz) / isz;
 	return rem < whole ? rem : whole;
