@@ -31,7 +31,6 @@
 #include "deepspeed_flat.h"
 #include "ds_common.h"
 
-#define DS_MAX_RANKS 16384 /* a rank table is calloc'd at this size */
 #define DS_TAG_MAX US_DS_TAG_MAX
 
 struct ds {
@@ -41,6 +40,7 @@ struct ds {
 	char where[DS_TAG_MAX + 2];  /* "<tag>" or ".": for messages */
 	struct us_arena arena;
 	struct us_ds_file *optim, *model; /* per rank (model: one for ZeRO <= 2) */
+	uint32_t optim_cap, model_cap;    /* their entries */
 	uint32_t world, nmodel, ngroups;
 	int stage;
 	const struct us_pk **osd;      /* per rank: optimizer_state_dict */
@@ -88,24 +88,26 @@ static char *relpath(struct ds *d, const char *name)
 	return p;
 }
 
-/* Record the file @name of rank @r in @tab (@cap entries). */
+/* Record the file @name of rank @r in @tab (@cap entries, the highest
+ * rank + 1 in @n). */
 static enum us_status note_rank(struct ds *d, struct us_ds_file **tab,
-				uint32_t *n, long r, const char *name)
+				uint32_t *cap, uint32_t *n, long r,
+				const char *name)
 {
-	if (r < 0 || r >= DS_MAX_RANKS)
+	struct us_ds_file *f;
+
+	if (r < 0 || r >= US_DS_MAX_RANKS)
 		return us_err_set(d->err, US_E_FORMAT, name, "rank out of range");
-	if (!*tab) {
-		*tab = us_arena_calloc(&d->arena, DS_MAX_RANKS, sizeof(**tab));
-		if (!*tab)
-			return us_err_set(d->err, US_E_NOMEM, ".", "out of memory");
-	}
-	if ((*tab)[r].present)
+	f = us_ds_rank_slot(&d->arena, tab, cap, (uint32_t)r);
+	if (!f)
+		return us_err_set(d->err, US_E_NOMEM, ".", "out of memory");
+	if (f->present)
 		return us_err_set(d->err, US_E_FORMAT, relpath(d, name),
 				  "a second file for rank %ld (with %s)", r,
-				  (*tab)[r].relpath);
-	(*tab)[r].present = true;
-	(*tab)[r].relpath = relpath(d, name);
-	if (!(*tab)[r].relpath)
+				  f->relpath);
+	f->present = true;
+	f->relpath = relpath(d, name);
+	if (!f->relpath)
 		return us_err_set(d->err, US_E_NOMEM, ".", "out of memory");
 	if ((uint32_t)r + 1 > *n)
 		*n = (uint32_t)r + 1;
@@ -123,8 +125,10 @@ static enum us_status classify(struct ds *d, const char *name)
 					  relpath(d, name), "model (tensor) "
 					  "parallel checkpoints are not supported");
 		if (us_path_has_suffix(name, "_optim_states.pt"))
-			return note_rank(d, &d->optim, &d->world, r, name);
-		return note_rank(d, &d->model, &d->nmodel, r, name);
+			return note_rank(d, &d->optim, &d->optim_cap, &d->world, r,
+					 name);
+		return note_rank(d, &d->model, &d->model_cap, &d->nmodel, r,
+				 name);
 	}
 	if (!strncmp(name, "mp_rank_", 8) &&
 	    us_path_has_suffix(name, "_model_states.pt")) {
@@ -132,7 +136,8 @@ static enum us_status classify(struct ds *d, const char *name)
 			return us_err_set(d->err, US_E_UNSUPPORTED,
 					  relpath(d, name), "model (tensor) "
 					  "parallel checkpoints are not supported");
-		return note_rank(d, &d->model, &d->nmodel, 0, name);
+		return note_rank(d, &d->model, &d->model_cap, &d->nmodel, 0,
+				 name);
 	}
 	return US_OK;
 }
@@ -165,12 +170,12 @@ static enum us_status find_files(struct ds *d)
 
 /* The name DeepSpeed gives rank @r's file, for "missing" messages. */
 static const char *expected_name(struct ds *d, const struct us_ds_file *tab,
-				 uint32_t r, const char *kind)
+				 uint32_t n, uint32_t r, const char *kind)
 {
 	char buf[128];
 	const char *pfx = "";
 
-	for (uint32_t i = 0; tab && i < DS_MAX_RANKS; i++) {
+	for (uint32_t i = 0; tab && i < n; i++) {
 		if (!tab[i].present)
 			continue;
 		pfx = strstr(tab[i].relpath + strlen(d->prefix), "bf16_") ==
@@ -197,7 +202,8 @@ static enum us_status open_optim(struct ds *d)
 
 		if (!f->present)
 			return us_err_set(d->err, US_E_FORMAT,
-					  expected_name(d, d->optim, r, "optim_states.pt"),
+					  expected_name(d, d->optim, d->world, r,
+							"optim_states.pt"),
 					  "missing (rank files up to %u exist)",
 					  d->world - 1);
 		US_TRY(us_ds_open(d->sd, d->dirfd, f, &d->arena, d->err));
@@ -213,10 +219,10 @@ static enum us_status open_optim(struct ds *d)
 			d->stage = us_ds_stage(us_pk_dict_get(d->osd[0], "zero_stage"));
 		pc = us_ds_partition_count(us_pk_dict_get(d->osd[r], "partition_count"));
 		if (pc != (int64_t)d->world) {
-			if (pc > (int64_t)d->world && pc <= DS_MAX_RANKS)
+			if (pc > (int64_t)d->world && pc <= US_DS_MAX_RANKS)
 				return us_err_set(d->err, US_E_FORMAT,
 						  expected_name(d, d->optim, d->world,
-								"optim_states.pt"),
+								d->world, "optim_states.pt"),
 						  "missing (partition_count is %lld)",
 						  (long long)pc);
 			return us_err_set(d->err, US_E_FORMAT, f->relpath,
@@ -241,9 +247,11 @@ static enum us_status open_model(struct ds *d)
 				  "%u model states files for ZeRO-%d with %u ranks",
 				  d->nmodel, d->stage, d->world);
 	for (uint32_t r = 0; r < want; r++) {
-		if (!d->model[r].present)
+		/* the table holds ranks below nmodel only */
+		if (r >= d->nmodel || !d->model[r].present)
 			return us_err_set(d->err, US_E_FORMAT,
-					  expected_name(d, NULL, r, "model_states.pt"),
+					  expected_name(d, NULL, 0, r,
+							"model_states.pt"),
 					  "missing");
 		US_TRY(us_ds_open(d->sd, d->dirfd, &d->model[r], &d->arena, d->err));
 	}

@@ -49,6 +49,27 @@ bool us_ds_rank_name(const char *n, const char *kind, long *r, long *mp)
 	return !strcmp(end, kind);
 }
 
+struct us_ds_file *us_ds_rank_slot(struct us_arena *a, struct us_ds_file **tab,
+				   uint32_t *cap, uint32_t r)
+{
+	uint32_t n = *cap ? *cap : 8;
+	struct us_ds_file *t;
+
+	if (r < *cap)
+		return &(*tab)[r];
+	while (n <= r)
+		n *= 2;
+	/* the old table stays in the arena: at most as much again */
+	t = us_arena_calloc(a, n, sizeof(*t));
+	if (!t)
+		return NULL;
+	if (*cap)
+		memcpy(t, *tab, *cap * sizeof(*t));
+	*tab = t;
+	*cap = n;
+	return &t[r];
+}
+
 int us_ds_stage(const struct us_pk *p)
 {
 	static const char *const names[] = {"disabled", "optimizer_states",

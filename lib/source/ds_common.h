@@ -44,6 +44,16 @@ bool us_ds_model_states_name(const char *n);
 /* us_ds_rank_name - "[bf16_|fp16_]zero_pp_rank_<r>_mp_rank_<mp><kind>"? */
 bool us_ds_rank_name(const char *n, const char *kind, long *r, long *mp);
 
+/* The most ranks a DeepSpeed checkpoint may name (rank < this). */
+#define US_DS_MAX_RANKS 16384
+
+/* us_ds_rank_slot - rank @r's entry in the per-rank table *@tab of *@cap
+ * entries, grown (doubling, in @a, zero-filled) to hold it: the table is
+ * sized by the ranks present, not by US_DS_MAX_RANKS.  @r must be in
+ * [0, US_DS_MAX_RANKS).  NULL when out of memory. */
+struct us_ds_file *us_ds_rank_slot(struct us_arena *a, struct us_ds_file **tab,
+				   uint32_t *cap, uint32_t r);
+
 /* us_ds_stage - zero_stage: an int, or ZeroStageEnum pickled as Class(2)
  * (Python < 3.12) or getattr(Class, "gradients"); -1 if neither. */
 int us_ds_stage(const struct us_pk *p);

@@ -29,7 +29,6 @@
 
 #include "../path.h"
 
-#define UC_MAX_RANKS 16384
 #define UC_OPTIM "zero/optimizer_state.pt"
 
 struct uc {
@@ -38,6 +37,7 @@ struct uc {
 	char prefix[US_DS_TAG_MAX + 2]; /* "<tag>/" or "" */
 	struct us_arena arena;
 	struct us_ds_file *model;       /* per rank (one unless ZeRO-3) */
+	uint32_t model_cap;             /* its entries */
 	uint32_t nmodel;
 	bool z3;
 	const struct us_pk *ms;         /* rank 0's model states */
@@ -117,23 +117,26 @@ static enum us_status locate(struct uc *u)
 
 static enum us_status note_model(struct uc *u, const char *name, long r, bool z3)
 {
-	if (!u->model) {
-		u->model = us_arena_calloc(&u->arena, UC_MAX_RANKS, sizeof(*u->model));
-		if (!u->model)
-			return us_err_set(u->err, US_E_NOMEM, ".", "out of memory");
-	}
+	struct us_ds_file *f;
+
 	if (u->nmodel && z3 != u->z3)
 		return us_err_set(u->err, US_E_FORMAT, relpath(u, name, ""),
 				  "ZeRO-3 and ZeRO-1/2 model states side by side");
-	if (r < 0 || r >= UC_MAX_RANKS || u->model[r].present)
+	if (r < 0 || r >= US_DS_MAX_RANKS)
+		return us_err_set(u->err, US_E_FORMAT, relpath(u, name, ""),
+				  "rank out of range or given twice");
+	f = us_ds_rank_slot(&u->arena, &u->model, &u->model_cap, (uint32_t)r);
+	if (!f)
+		return us_err_set(u->err, US_E_NOMEM, ".", "out of memory");
+	if (f->present)
 		return us_err_set(u->err, US_E_FORMAT, relpath(u, name, ""),
 				  "rank out of range or given twice");
 	u->z3 = z3;
-	u->model[r].present = true;
-	u->model[r].relpath = relpath(u, name, "");
+	f->present = true;
+	f->relpath = relpath(u, name, "");
 	if ((uint32_t)r + 1 > u->nmodel)
 		u->nmodel = (uint32_t)r + 1;
-	return u->model[r].relpath ? US_OK :
+	return f->relpath ? US_OK :
 	       us_err_set(u->err, US_E_NOMEM, ".", "out of memory");
 }
 
@@ -216,7 +219,7 @@ static enum us_status open_optim(struct uc *u)
 				  "zero_stage %d, but %s model states files", stage,
 				  u->z3 ? "ZeRO-3" : "ZeRO-1/2");
 	pc = us_ds_partition_count(us_pk_dict_get(root, "partition_count"));
-	if (u->z3 && pc > (int64_t)u->nmodel && pc <= UC_MAX_RANKS) {
+	if (u->z3 && pc > (int64_t)u->nmodel && pc <= US_DS_MAX_RANKS) {
 		char buf[96];
 
 		snprintf(buf, sizeof(buf), "zero_pp_rank_%u_mp_rank_00_"
