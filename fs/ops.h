@@ -21,11 +21,11 @@ unsigned us_max_read(void);
 /*
  * us_read_ahead_kb - the read-ahead the daemon asks of its mount's bdi
  * instead of the kernel's 128 KiB default: US_READ_AHEAD_REQS requests of
- * us_max_read() bytes.  One: measured (docs/benchmarks.md), four requests
- * in flight read as fast warm and 30% slower cold -- served out of order,
- * they break the source files' own sequential read-ahead.
+ * us_max_read() bytes.  Four: while one thread waits for a shard's pages
+ * others copy theirs (cold read of a 1 GB DCP, median of 8: one request
+ * 0.41 s, four 0.38-0.40 s; warm the same, docs/benchmarks.md).
  */
-#define US_READ_AHEAD_REQS 1
+#define US_READ_AHEAD_REQS 4
 unsigned us_read_ahead_kb(void);
 
 /*

@@ -73,10 +73,6 @@ int us_tensor_read_cast(const struct us_statedict *sd, const struct us_tensor *t
  * device N (falls back to the CPU per call if the device fails). */
 void us_assemble_set_device(int dev);
 
-/* us_prefetch_after - after a run of @len bytes at @off of @f, ask the
- * kernel to start reading the stretch further on (exec_cpu.c). */
-void us_prefetch_after(const struct us_file *f, uint64_t off, uint64_t len);
-
 /* us_file_check - 0 while @f still has the identity seen at mount, else -EIO
  * (or the fstat errno). */
 int us_file_check(const struct us_file *f);

@@ -17,14 +17,6 @@
 #include "tile.h"
 #include "zitem.h"
 
-/* Prefetch: a run of at least this many bytes asks the kernel for
- * PREFETCH_SPAN runs of the source, PREFETCH_AHEAD runs ahead, so several
- * MiB are in flight while the reader works through the stretch before them
- * (measured: docs/benchmarks.md). */
-#define US_PREFETCH_MIN (256u << 10)
-#define US_PREFETCH_AHEAD 8
-#define US_PREFETCH_SPAN 4
-
 /*
  * Gathers.  A plan emits many short runs where every output row gathers
  * from several chunks (Shard(1)), and a transposed chunk too big for the
@@ -150,20 +142,6 @@ static int gather_flush(struct cpu_ctx *ctx)
 	return rc;
 }
 
-/*
- * Readers go forward: a large run starts the disk on the stretch
- * PREFETCH_AHEAD runs further on (the ones between were asked for by
- * earlier runs), which the file's own read-ahead misses when the FUSE
- * threads' reads on one fd arrive out of order.  Asking again for pages
- * already asked for costs a page-cache lookup.
- */
-void us_prefetch_after(const struct us_file *f, uint64_t off, uint64_t len)
-{
-	if (len >= US_PREFETCH_MIN)
-		posix_fadvise(f->fd, (off_t)(off + US_PREFETCH_AHEAD * len),
-			      (off_t)(US_PREFETCH_SPAN * len), POSIX_FADV_WILLNEED);
-}
-
 int us_assemble_init(uint64_t cache_size)
 {
 	us_zitem_reset();
@@ -281,11 +259,8 @@ static int cpu_emit(void *vctx, const struct us_copy_op *op)
 	if (op->src->xf != US_XF_NONE)
 		return us_zitem_copy(&ctx->z, f, op->src, ctx->buf + op->dst_off,
 				     op->src_off, op->len);
-	rc = us_pread_full(f->fd, ctx->buf + op->dst_off, op->len,
-			   op->src_off);
-	if (rc == 0)
-		us_prefetch_after(f, op->src_off, op->len);
-	return rc;
+	return us_pread_full(f->fd, ctx->buf + op->dst_off, op->len,
+			     op->src_off);
 }
 
 int us_tensor_read_stored(const struct us_statedict *sd,

@@ -68,7 +68,6 @@ static int map_emit(void *vctx, const struct us_copy_op *op)
 		ctx->checked = (int32_t)op->src->file;
 	}
 	add_fd(ctx->segs, f->fd, op->src_off, op->len);
-	us_prefetch_after(f, op->src_off, op->len);
 	return ctx->segs->overflow ? -EAGAIN : 0;
 }
 
