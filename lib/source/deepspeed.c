@@ -190,6 +190,23 @@ static const char *expected_name(struct ds *d, const struct us_ds_file *tab,
 
 /* ---- opening and parsing -------------------------------------------------- */
 
+/* More rank files than @f's partition_count @pc (< world) says: name the
+ * first one past it. */
+static enum us_status extra_rank(struct ds *d, const struct us_ds_file *f,
+				 int64_t pc)
+{
+	uint32_t r = pc > 0 ? (uint32_t)pc : 0;
+
+	while (r < d->world && !d->optim[r].present)
+		r++;
+	if (r == d->world)
+		return us_err_set(d->err, US_E_FORMAT, f->relpath,
+				  "partition_count is %lld", (long long)pc);
+	return us_err_set(d->err, US_E_FORMAT, d->optim[r].relpath,
+			  "rank %u, but partition_count is %lld (%s)", r,
+			  (long long)pc, f->relpath);
+}
+
 static enum us_status open_optim(struct ds *d)
 {
 	int64_t pc;
@@ -225,9 +242,7 @@ static enum us_status open_optim(struct ds *d)
 								d->world, "optim_states.pt"),
 						  "missing (partition_count is %lld)",
 						  (long long)pc);
-			return us_err_set(d->err, US_E_FORMAT, f->relpath,
-					  "partition_count is %lld but %u rank "
-					  "files exist", (long long)pc, d->world);
+			return extra_rank(d, f, pc);
 		}
 	}
 	if (d->stage < 1 || d->stage > 3)

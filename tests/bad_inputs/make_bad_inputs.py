@@ -959,6 +959,26 @@ def ds_missing_last_rank_optim(root):
 
 
 @case
+def ds_stray_far_rank(root):
+    """A rank file far past the others: the rank table grows to it (it is sized by the
+    ranks present) and, past partition_count, it is named."""
+    src, step = ds_copy(root, "z2_2rank")
+    shutil.copy(os.path.join(step, "zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+                os.path.join(step, "zero_pp_rank_9999_mp_rank_00_optim_states.pt"))
+    return dict(source="src", path="global_step2/zero_pp_rank_9999_mp_rank_00_optim_states.pt",
+                why="a stray rank 9999 optim file beside ranks 0 and 1")
+
+
+@case
+def ds_rank_out_of_range(root):
+    src, step = ds_copy(root, "z2_2rank")
+    shutil.copy(os.path.join(step, "zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+                os.path.join(step, "zero_pp_rank_16384_mp_rank_00_optim_states.pt"))
+    return dict(source="src", path="zero_pp_rank_16384_mp_rank_00_optim_states.pt",
+                why="a rank number past the 16384 ranks a checkpoint may name")
+
+
+@case
 def ds_partition_count_disagrees(root):
     src, step = ds_copy(root, "z3_2rank")
     shutil.copy(os.path.join(FIX, "deepspeed", "z3_3rank_bf16", "global_step2",
@@ -1053,6 +1073,15 @@ def uc_copy(root, name="uc_z3_2rank"):
 
 
 UC = "global_step2_universal/"
+
+
+@case
+def uc_stray_far_rank(root):
+    src, uc = uc_copy(root)
+    shutil.copy(os.path.join(uc, "zero_pp_rank_1_mp_rank_00_model_states.pt"),
+                os.path.join(uc, "zero_pp_rank_5000_mp_rank_00_model_states.pt"))
+    return dict(source="src", path=UC + "zero_pp_rank_2_mp_rank_00_model_states.pt",
+                why="a stray rank 5000 model states file (the table grows; rank 2 is missing)")
 
 
 @case
