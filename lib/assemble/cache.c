@@ -20,12 +20,14 @@ struct us_cache_entry {
 	struct us_cache_entry *hnext;       /* hash chain */
 	unsigned refs;
 	bool listed;   /* in the list and the table (else only pinned) */
+	bool filling;  /* claimed: in the table only, until published */
 	size_t len;
 	unsigned char data[];
 };
 
 struct us_cache {
 	pthread_mutex_t lock;
+	pthread_cond_t filled;          /* an entry being filled was published or given up */
 	uint64_t capacity;
 	uint64_t used;                  /* bytes of every entry alive */
 	struct link lru;                /* head: lru.next is the MRU */
@@ -41,6 +43,12 @@ struct us_cache *us_cache_new(uint64_t capacity)
 		return NULL;
 	c->buckets = calloc(MIN_BUCKETS, sizeof(*c->buckets));
 	if (!c->buckets || pthread_mutex_init(&c->lock, NULL) != 0) {
+		free(c->buckets);
+		free(c);
+		return NULL;
+	}
+	if (pthread_cond_init(&c->filled, NULL) != 0) {
+		pthread_mutex_destroy(&c->lock);
 		free(c->buckets);
 		free(c);
 		return NULL;
@@ -67,6 +75,7 @@ void us_cache_free(struct us_cache *c)
 		assert(entry(l)->refs == 0); /* a reader still holds it: caller bug */
 		free(entry(l));
 	}
+	pthread_cond_destroy(&c->filled);
 	pthread_mutex_destroy(&c->lock);
 	free(c->buckets);
 	free(c);
@@ -169,6 +178,8 @@ struct us_cache_entry *us_cache_get(struct us_cache *c, struct us_cache_key key)
 
 	pthread_mutex_lock(&c->lock);
 	e = *slot(c, key);
+	if (e && e->filling)
+		e = NULL;
 	if (e) {
 		e->refs++;
 		lru_unlink(e);
@@ -178,12 +189,12 @@ struct us_cache_entry *us_cache_get(struct us_cache *c, struct us_cache_key key)
 	return e;
 }
 
-struct us_cache_entry *us_cache_alloc(struct us_cache *c, struct us_cache_key key,
-				      size_t len)
+/* A new pinned entry of @len bytes, room reserved; NULL if it cannot be. */
+static struct us_cache_entry *new_entry(struct us_cache *c, struct us_cache_key key,
+					size_t len)
 {
 	struct us_cache_entry *e = NULL;
 
-	pthread_mutex_lock(&c->lock);
 	if (make_room(c, len)) {
 		e = malloc(sizeof(*e) + len);
 		if (e) {
@@ -191,33 +202,64 @@ struct us_cache_entry *us_cache_alloc(struct us_cache *c, struct us_cache_key ke
 			c->used += len; /* reserved from now on */
 		}
 	}
-	pthread_mutex_unlock(&c->lock);
 	return e;
+}
+
+/* The slot of @key once no claim is filling it. */
+static struct us_cache_entry **slot_filled(struct us_cache *c, struct us_cache_key key)
+{
+	struct us_cache_entry **p = slot(c, key);
+
+	while (*p && (*p)->filling) {
+		pthread_cond_wait(&c->filled, &c->lock);
+		p = slot(c, key); /* the table may have been resized */
+	}
+	return p;
+}
+
+enum us_cache_claim us_cache_claim(struct us_cache *c, struct us_cache_key key,
+				   size_t len, struct us_cache_entry **e)
+{
+	enum us_cache_claim r = US_CACHE_NONE;
+	struct us_cache_entry **p;
+
+	pthread_mutex_lock(&c->lock);
+	p = slot_filled(c, key);
+	*e = *p;
+	if (*e) {
+		(*e)->refs++;
+		lru_unlink(*e);
+		lru_push(c, *e);
+		r = US_CACHE_HIT;
+	} else if ((*e = new_entry(c, key, len))) {
+		/* in the table, so that other claims wait for it */
+		(*e)->filling = true;
+		*slot(c, key) = *e;
+		r = US_CACHE_FILL;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return r;
+}
+
+/* Give up a claimed entry: out of the table, and a waiting claim fills. */
+static void give_up(struct us_cache *c, struct us_cache_entry *e)
+{
+	*slot(c, e->key) = e->hnext;
+	e->filling = false;
+	pthread_cond_broadcast(&c->filled);
 }
 
 struct us_cache_entry *us_cache_publish(struct us_cache *c,
 					struct us_cache_entry *e)
 {
-	struct us_cache_entry **p, *hit;
-
 	pthread_mutex_lock(&c->lock);
-	p = slot(c, e->key);
-	hit = *p;
-	if (hit) {
-		/* Another reader decoded the same item first: keep one copy. */
-		hit->refs++;
-		lru_unlink(hit);
-		lru_push(c, hit);
-		drop(c, e);
-		e = hit;
-	} else {
-		e->hnext = NULL;
-		*p = e;
-		lru_push(c, e);
-		e->listed = true;
-		c->count++;
-		maybe_grow(c);
-	}
+	assert(e->filling);
+	e->filling = false; /* already in the table */
+	pthread_cond_broadcast(&c->filled);
+	lru_push(c, e);
+	e->listed = true;
+	c->count++;
+	maybe_grow(c);
 	pthread_mutex_unlock(&c->lock);
 	return e;
 }
@@ -226,6 +268,8 @@ void us_cache_put(struct us_cache *c, struct us_cache_entry *e)
 {
 	pthread_mutex_lock(&c->lock);
 	assert(e->refs > 0);
+	if (e->filling)
+		give_up(c, e);
 	if (--e->refs == 0 && !e->listed)
 		drop(c, e);
 	pthread_mutex_unlock(&c->lock);

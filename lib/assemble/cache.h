@@ -35,28 +35,34 @@ struct us_cache *us_cache_new(uint64_t capacity);
 void us_cache_free(struct us_cache *c);
 
 /* us_cache_get - the entry for @key, pinned and made most recently used;
- * NULL on a miss. */
+ * NULL on a miss (an entry still being filled is a miss: never waits). */
 struct us_cache_entry *us_cache_get(struct us_cache *c, struct us_cache_key key);
 
 /*
- * us_cache_alloc - reserve @len bytes (evicting least recently used entries
- * that nobody pins) and allocate a pinned, unlisted entry for @key whose
- * buffer (us_cache_buf) the caller fills.  NULL when the room cannot be made
- * or memory is short: the caller then does without the cache.
+ * us_cache_claim - the entry for @key, for a reader that would otherwise
+ * fill it.  The kernel sends several read requests of one file at once
+ * (read-ahead), and they land in the same item: each decoding it would
+ * multiply the work by the requests in flight.  So one reader fills and
+ * the others wait for it:
+ *   US_CACHE_HIT  *@e is the filled entry, pinned;
+ *   US_CACHE_FILL *@e is a new pinned entry of @len bytes, listed as being
+ *                 filled: fill it, then us_cache_publish it (or us_cache_put
+ *                 it to give up: a waiting reader then fills instead);
+ *   US_CACHE_NONE no room can be made (evicting least recently used
+ *                 entries nobody pins), or memory is short: do without.
+ * A claim of a key being filled waits until it is published or given up.
  */
-struct us_cache_entry *us_cache_alloc(struct us_cache *c, struct us_cache_key key,
-				      size_t len);
+enum us_cache_claim { US_CACHE_HIT, US_CACHE_FILL, US_CACHE_NONE };
+enum us_cache_claim us_cache_claim(struct us_cache *c, struct us_cache_key key,
+				   size_t len, struct us_cache_entry **e);
 
-/*
- * us_cache_publish - list a filled entry from us_cache_alloc.  When another
- * thread listed the same key meanwhile, @e is dropped and that entry is
- * returned instead (pinned); otherwise @e itself, still pinned.
- */
+/* us_cache_publish - list @e, claimed (US_CACHE_FILL) and filled, waking
+ * the claims that wait for it; returns @e, still pinned. */
 struct us_cache_entry *us_cache_publish(struct us_cache *c,
 					struct us_cache_entry *e);
 
-/* us_cache_put - unpin @e (from get, publish, or an unpublished alloc,
- * which is then dropped). */
+/* us_cache_put - unpin @e (from get, claim or publish); a claimed entry
+ * put unpublished is dropped (given up: a waiting claim fills instead). */
 void us_cache_put(struct us_cache *c, struct us_cache_entry *e);
 
 void *us_cache_buf(struct us_cache_entry *e);

@@ -273,8 +273,9 @@ void us_zitem_end(struct us_zitem_state *st)
 	st->z = NULL;
 }
 
-/* Decode the item's served prefix into a new cache entry.  NULL with
- * *@rc = 0 when the cache has no room for it: stream instead. */
+/* The item's served prefix from the cache, decoded into it on a miss (or
+ * by the reader already decoding it).  NULL with *@rc = 0 when the cache
+ * has no room for it: stream instead. */
 static struct us_cache_entry *fill(struct us_zitem_state *st,
 				   const struct us_file *f,
 				   const struct us_extent *x, int *rc)
@@ -286,9 +287,14 @@ static struct us_cache_entry *fill(struct us_zitem_state *st,
 	*rc = 0;
 	if (!st->cache || x->decoded_len > SIZE_MAX)
 		return NULL;
-	e = us_cache_alloc(st->cache, st->key, (size_t)x->decoded_len);
-	if (!e)
+	switch (us_cache_claim(st->cache, st->key, (size_t)x->decoded_len, &e)) {
+	case US_CACHE_HIT:
+		return e;
+	case US_CACHE_NONE:
 		return NULL;
+	case US_CACHE_FILL:
+		break;
+	}
 	z = us_zstream_open(f->fd, x->item_off, x->item_len);
 	n = z ? us_zstream_read(z, us_cache_buf(e), us_cache_len(e)) : -ENOMEM;
 	us_zstream_close(z);
@@ -366,9 +372,7 @@ int us_zitem_copy(struct us_zitem_state *st, const struct us_file *f,
 	if (!st->cache)
 		st->cache = us_cache_global();
 	if (!st->pinned && !st->z && st->cache) {
-		st->pinned = us_cache_get(st->cache, st->key);
-		if (!st->pinned)
-			st->pinned = fill(st, f, x, &rc);
+		st->pinned = fill(st, f, x, &rc);
 		if (rc < 0)
 			return rc;
 	}

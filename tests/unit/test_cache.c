@@ -29,16 +29,32 @@ static struct us_cache_key K(uint64_t off)
 	return (struct us_cache_key){ .file = 1, .item_off = off };
 }
 
-/* Insert @len bytes of value @v under @off; the entry stays unpinned. */
+/* Insert @len bytes of value @v under @off (unless it is there); the entry
+ * stays unpinned. */
 static bool put_new(struct us_cache *c, uint64_t off, size_t len, int v)
 {
-	struct us_cache_entry *e = us_cache_alloc(c, K(off), len);
+	struct us_cache_entry *e;
+	enum us_cache_claim r = us_cache_claim(c, K(off), len, &e);
 
-	if (!e)
+	if (r == US_CACHE_NONE)
 		return false;
-	memset(us_cache_buf(e), v, len);
-	us_cache_put(c, us_cache_publish(c, e));
+	if (r == US_CACHE_FILL) {
+		memset(us_cache_buf(e), v, len);
+		e = us_cache_publish(c, e);
+	}
+	us_cache_put(c, e);
 	return true;
+}
+
+/* Claim @off for @len bytes and give the entry back (nothing filled). */
+static enum us_cache_claim claim_only(struct us_cache *c, uint64_t off, size_t len)
+{
+	struct us_cache_entry *e;
+	enum us_cache_claim r = us_cache_claim(c, K(off), len, &e);
+
+	if (r != US_CACHE_NONE)
+		us_cache_put(c, e);
+	return r;
 }
 
 static bool has(struct us_cache *c, uint64_t off)
@@ -61,40 +77,74 @@ static void test_lru_order(void)
 	CHECK(us_cache_count(c) == 2 && us_cache_used(c) == 80);
 	CHECK(put_new(c, 4, 100, 4)); /* needs everything */
 	CHECK(!has(c, 1) && !has(c, 3) && has(c, 4));
-	CHECK(us_cache_alloc(c, K(5), 101) == NULL); /* never fits */
+	CHECK(claim_only(c, 5, 101) == US_CACHE_NONE); /* never fits */
 	CHECK(us_cache_used(c) == 100);
 	us_cache_free(c);
 }
 
-static void test_pinned_and_duplicates(void)
+/* A claim that waits for another reader's fill (in its own thread). */
+struct waiter {
+	struct us_cache *c;
+	uint64_t off;
+	enum us_cache_claim r;
+	struct us_cache_entry *e;
+	int done; /* atomic */
+};
+
+static void *claim_thread(void *arg)
+{
+	struct waiter *w = arg;
+
+	w->r = us_cache_claim(w->c, K(w->off), 20, &w->e);
+	__atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static bool still_waiting(struct waiter *w)
+{
+	usleep(50 * 1000);
+	return !__atomic_load_n(&w->done, __ATOMIC_ACQUIRE);
+}
+
+static void test_pinned_and_claims(void)
 {
 	struct us_cache *c = us_cache_new(100);
-	struct us_cache_entry *a, *b, *p;
+	struct us_cache_entry *a, *p;
+	struct waiter w = { .c = c, .off = 7 };
+	pthread_t th;
 
 	CHECK(put_new(c, 1, 60, 1));
 	p = us_cache_get(c, K(1));
 	CHECK(p != NULL);
 	/* The pinned entry cannot be evicted, so 50 more bytes do not fit. */
-	CHECK(us_cache_alloc(c, K(2), 50) == NULL);
+	CHECK(claim_only(c, 2, 50) == US_CACHE_NONE);
 	CHECK(us_cache_used(c) == 60);
 	us_cache_put(c, p);
 	CHECK(put_new(c, 2, 50, 2) && !has(c, 1));
-	/* Two readers decode the same item: one copy is kept. */
-	a = us_cache_alloc(c, K(7), 20);
-	b = us_cache_alloc(c, K(7), 20);
-	CHECK(a && b && us_cache_used(c) == 90);
+	/* Two readers want one item: the second waits for the first's fill
+	 * and gets its bytes, one copy kept. */
+	CHECK(us_cache_claim(c, K(7), 20, &a) == US_CACHE_FILL);
+	CHECK(us_cache_used(c) == 70 && !has(c, 7)); /* being filled: a miss */
+	CHECK(pthread_create(&th, NULL, claim_thread, &w) == 0);
+	CHECK(still_waiting(&w));
 	memset(us_cache_buf(a), 'a', 20);
-	memset(us_cache_buf(b), 'b', 20);
 	a = us_cache_publish(c, a);
-	b = us_cache_publish(c, b);
-	CHECK(a == b && ((char *)us_cache_buf(b))[0] == 'a');
+	pthread_join(th, NULL);
+	CHECK(w.r == US_CACHE_HIT && w.e == a && ((char *)us_cache_buf(a))[0] == 'a');
 	CHECK(us_cache_used(c) == 70 && us_cache_count(c) == 2);
 	us_cache_put(c, a);
-	us_cache_put(c, b);
-	/* An allocation given back unpublished frees its room. */
-	a = us_cache_alloc(c, K(8), 30);
-	CHECK(a && us_cache_used(c) == 100);
+	us_cache_put(c, w.e);
+	/* A claim given back unpublished frees its room, and the reader
+	 * waiting for it fills instead. */
+	w = (struct waiter){ .c = c, .off = 8 };
+	CHECK(us_cache_claim(c, K(8), 30, &a) == US_CACHE_FILL);
+	CHECK(us_cache_used(c) == 100);
+	CHECK(pthread_create(&th, NULL, claim_thread, &w) == 0);
+	CHECK(still_waiting(&w));
 	us_cache_put(c, a);
+	pthread_join(th, NULL);
+	CHECK(w.r == US_CACHE_FILL && us_cache_used(c) == 90 && !has(c, 8));
+	us_cache_put(c, w.e);
 	CHECK(us_cache_used(c) == 70 && !has(c, 8));
 	us_cache_free(c);
 }
@@ -143,13 +193,14 @@ static void *cache_worker(void *arg)
 		uint64_t key = (uint64_t)(rand_r(&w->seed) % 40);
 		size_t len = 16 + key * 8;
 		unsigned char v = (unsigned char)(key * 7);
-		struct us_cache_entry *e = us_cache_get(w->c, K(key));
+		struct us_cache_entry *e;
+		enum us_cache_claim r = us_cache_claim(w->c, K(key), len, &e);
 
-		if (!e && (e = us_cache_alloc(w->c, K(key), len))) {
+		if (r == US_CACHE_FILL) {
 			memset(us_cache_buf(e), v, len);
 			e = us_cache_publish(w->c, e);
 		}
-		if (e) {
+		if (r != US_CACHE_NONE) {
 			const unsigned char *p = us_cache_buf(e);
 
 			w->bad += us_cache_len(e) != len || p[0] != v || p[len - 1] != v;
@@ -460,7 +511,7 @@ int main(void)
 {
 	RUN(test_crc);
 	RUN(test_lru_order);
-	RUN(test_pinned_and_duplicates);
+	RUN(test_pinned_and_claims);
 	RUN(test_bound_random);
 	RUN(test_threads);
 	RUN(test_zstd_cached_and_streamed);
