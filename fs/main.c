@@ -22,6 +22,7 @@
 
 #include "assemble/assemble.h"
 #include "assemble/cuda.h"
+#include "exit_watch.h"
 #include "export.h"
 #include "inspect.h"
 #include "msg.h"
@@ -308,6 +309,7 @@ static int serve(const struct us_opts *o, struct mount_state *m)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *cfg = NULL;
+	struct us_exit_watch *watch = NULL;
 	struct fuse_session *se;
 	char *absmnt = realpath(o->mountpoint, NULL); /* before it is mounted */
 	int rc = EXIT_USAGE;
@@ -337,7 +339,9 @@ static int serve(const struct us_opts *o, struct mount_state *m)
 		goto out_unmount;
 	fuse_loop_cfg_set_clone_fd(cfg, 0);
 	fuse_loop_cfg_set_idle_threads(cfg, 16);
+	watch = us_exit_watch_start(se, absmnt);
 	rc = fuse_session_loop_mt(se, cfg);
+	us_exit_watch_loop_done(watch);
 	/* libfuse reports the signal that ended the loop: SIGTERM, SIGINT and
 	 * SIGHUP are the clean way to unmount, not a failure.  So is an
 	 * unmount (fusermount3 -u) that aborts the connection while a worker
@@ -353,6 +357,7 @@ out_signals:
 	fuse_remove_signal_handlers(se);
 out_session:
 	fuse_session_destroy(se);
+	us_exit_watch_stop(watch); /* after: the close answers its request */
 out_args:
 	fuse_opt_free_args(&args);
 	free(absmnt);
