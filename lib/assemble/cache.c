@@ -264,6 +264,30 @@ struct us_cache_entry *us_cache_publish(struct us_cache *c,
 	return e;
 }
 
+struct us_cache_entry *us_cache_fetch(struct us_cache *c, struct us_cache_key key,
+				      size_t len,
+				      int (*fill)(void *ctx, void *buf, size_t len),
+				      void *ctx, int *rc)
+{
+	struct us_cache_entry *e;
+
+	*rc = 0;
+	switch (us_cache_claim(c, key, len, &e)) {
+	case US_CACHE_HIT:
+		return e;
+	case US_CACHE_NONE:
+		return NULL;
+	case US_CACHE_FILL:
+		break;
+	}
+	*rc = fill(ctx, us_cache_buf(e), len);
+	if (*rc < 0) {
+		us_cache_put(c, e);
+		return NULL;
+	}
+	return us_cache_publish(c, e);
+}
+
 void us_cache_put(struct us_cache *c, struct us_cache_entry *e)
 {
 	pthread_mutex_lock(&c->lock);

@@ -56,6 +56,17 @@ enum us_cache_claim { US_CACHE_HIT, US_CACHE_FILL, US_CACHE_NONE };
 enum us_cache_claim us_cache_claim(struct us_cache *c, struct us_cache_key key,
 				   size_t len, struct us_cache_entry **e);
 
+/*
+ * us_cache_fetch - us_cache_claim, with the fill done by @fill(@ctx, buf,
+ * len): it returns 0 or a negative errno, on which the claim is given up
+ * and *@rc set.  The filled entry (or the hit) is returned pinned; NULL
+ * with *@rc = 0 when the cache has no room: do without it.
+ */
+struct us_cache_entry *us_cache_fetch(struct us_cache *c, struct us_cache_key key,
+				      size_t len,
+				      int (*fill)(void *ctx, void *buf, size_t len),
+				      void *ctx, int *rc);
+
 /* us_cache_publish - list @e, claimed (US_CACHE_FILL) and filled, waking
  * the claims that wait for it; returns @e, still pinned. */
 struct us_cache_entry *us_cache_publish(struct us_cache *c,

@@ -30,28 +30,16 @@ static bool holds(const struct us_tile_state *st, struct us_cache_key key,
 	       us_cache_len(st->pinned) >= len;
 }
 
-/* The span from the cache, read into it on a miss (or by the reader
- * already reading it); NULL on failure or when it does not fit. */
-static struct us_cache_entry *fill(struct us_cache *c, struct us_cache_key key,
-				   const struct us_file *f, uint64_t off,
-				   uint64_t len, int *rc)
-{
-	struct us_cache_entry *e;
+struct span {
+	const struct us_file *f;
+	uint64_t off;
+};
 
-	switch (us_cache_claim(c, key, (size_t)len, &e)) {
-	case US_CACHE_HIT:
-		return e;
-	case US_CACHE_NONE:
-		return NULL;
-	case US_CACHE_FILL:
-		break;
-	}
-	*rc = us_pread_full(f->fd, us_cache_buf(e), (size_t)len, off);
-	if (*rc < 0) {
-		us_cache_put(c, e);
-		return NULL;
-	}
-	return us_cache_publish(c, e);
+static int read_span(void *ctx, void *buf, size_t len)
+{
+	const struct span *sp = ctx;
+
+	return us_pread_full(sp->f->fd, buf, len, sp->off);
 }
 
 const unsigned char *us_tile_get(struct us_tile_state *st,
@@ -68,7 +56,9 @@ const unsigned char *us_tile_get(struct us_tile_state *st,
 	us_tile_end(st);
 	if (!c || off >= TILE_KEY_BIT || len > SIZE_MAX)
 		return NULL;
-	e = fill(c, key, f, off, len, rc);
+	/* read on a miss, or by the reader already reading it */
+	e = us_cache_fetch(c, key, (size_t)len, read_span,
+			   &(struct span){ .f = f, .off = off }, rc);
 	if (e && us_cache_len(e) < len) {
 		/* Another chunk's shorter span from the same offset. */
 		us_cache_put(c, e);

@@ -273,6 +273,28 @@ void us_zitem_end(struct us_zitem_state *st)
 	st->z = NULL;
 }
 
+struct decode {
+	const struct us_file *f;
+	const struct us_extent *x;
+};
+
+/* Decode the item's served prefix into @buf (@len = its decoded_len). */
+static int decode_item(void *ctx, void *buf, size_t len)
+{
+	const struct decode *d = ctx;
+	struct us_zstream *z = us_zstream_open(d->f->fd, d->x->item_off,
+					       d->x->item_len);
+	ssize_t n = z ? us_zstream_read(z, buf, len) : -ENOMEM;
+
+	us_zstream_close(z);
+	/* Shorter than the zip structure promised, or not the bytes its
+	 * CRC-32 names: EIO, never bytes that are not the item's. */
+	if (n >= 0 && ((uint64_t)n != d->x->decoded_len ||
+		       check_buf(d->x, buf) < 0))
+		n = -EIO;
+	return n < 0 ? (int)n : 0;
+}
+
 /* The item's served prefix from the cache, decoded into it on a miss (or
  * by the reader already decoding it).  NULL with *@rc = 0 when the cache
  * has no room for it: stream instead. */
@@ -280,35 +302,11 @@ static struct us_cache_entry *fill(struct us_zitem_state *st,
 				   const struct us_file *f,
 				   const struct us_extent *x, int *rc)
 {
-	struct us_cache_entry *e;
-	struct us_zstream *z;
-	ssize_t n;
-
 	*rc = 0;
 	if (!st->cache || x->decoded_len > SIZE_MAX)
 		return NULL;
-	switch (us_cache_claim(st->cache, st->key, (size_t)x->decoded_len, &e)) {
-	case US_CACHE_HIT:
-		return e;
-	case US_CACHE_NONE:
-		return NULL;
-	case US_CACHE_FILL:
-		break;
-	}
-	z = us_zstream_open(f->fd, x->item_off, x->item_len);
-	n = z ? us_zstream_read(z, us_cache_buf(e), us_cache_len(e)) : -ENOMEM;
-	us_zstream_close(z);
-	/* Shorter than the zip structure promised, or not the bytes its
-	 * CRC-32 names: EIO, never bytes that are not the item's. */
-	if (n >= 0 && ((uint64_t)n != x->decoded_len ||
-		       check_buf(x, us_cache_buf(e)) < 0))
-		n = -EIO;
-	if (n < 0) {
-		us_cache_put(st->cache, e);
-		*rc = (int)n;
-		return NULL;
-	}
-	return us_cache_publish(st->cache, e);
+	return us_cache_fetch(st->cache, st->key, (size_t)x->decoded_len,
+			      decode_item, &(struct decode){ .f = f, .x = x }, rc);
 }
 
 /* Position @st->z at decoded byte @off of the item: resume one that is
