@@ -30,6 +30,7 @@
 #include "opts.h"
 #include "source/source.h"
 #include "us_config.h"
+#include "view/readahead.h"
 
 #define EXIT_USAGE 1
 #define EXIT_REFUSED 2
@@ -52,6 +53,7 @@ static int refuse(const struct us_err *err)
 
 static void mount_state_free(struct mount_state *m)
 {
+	us_readahead_free(m->tree.ra);
 	us_tree_free(&m->tree);
 	us_pt_free(&m->pt);
 	for (size_t i = 0; i < m->nviews; i++)
@@ -224,6 +226,7 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 			   strerror(errno ? errno : ENOMEM));
 		return refuse(&err);
 	}
+	m->tree.ra = us_readahead_new(m->sd); /* NULL: reads go without */
 	return 0;
 }
 

@@ -15,6 +15,7 @@
 
 #include "assemble/assemble.h"
 #include "io.h"
+#include "view/readahead.h"
 
 static struct us_tree *tree_of(fuse_req_t req)
 {
@@ -421,27 +422,14 @@ static int reply_mapped(fuse_req_t req, const struct us_node *n, size_t size,
 	return reply_segs(req, segv, segs.n);
 }
 
-static void us_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		    struct fuse_file_info *fi)
+/* A read that cannot be spliced: assembled (or read) into the thread's
+ * buffer, then replied. */
+static void reply_buffered(fuse_req_t req, const struct us_node *n,
+			   size_t size, off_t off, struct fuse_file_info *fi)
 {
-	struct us_node *n = us_tree_get(tree_of(req), ino);
-	uint64_t fsize = n ? n->size : 0;
+	char *buf = thread_buf(size);
 	long long got;
-	char *buf;
 
-	if (!n || n->kind == US_NODE_DIR || off < 0) {
-		fuse_reply_err(req, n ? EISDIR : ENOENT);
-		return;
-	}
-	if ((uint64_t)off >= fsize) {
-		fuse_reply_buf(req, NULL, 0);
-		return;
-	}
-	if (size > fsize - (uint64_t)off)
-		size = (size_t)(fsize - (uint64_t)off);
-	if (reply_mapped(req, n, size, off, fi) == 0)
-		return;
-	buf = thread_buf(size);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -456,6 +444,30 @@ static void us_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, (int)-got);
 	else
 		fuse_reply_buf(req, buf, (size_t)got);
+}
+
+static void us_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct us_tree *t = tree_of(req); /* @req is gone once replied */
+	struct us_node *n = us_tree_get(t, ino);
+	uint64_t fsize = n ? n->size : 0;
+
+	if (!n || n->kind == US_NODE_DIR || off < 0) {
+		fuse_reply_err(req, n ? EISDIR : ENOENT);
+		return;
+	}
+	if ((uint64_t)off >= fsize) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	if (size > fsize - (uint64_t)off)
+		size = (size_t)(fsize - (uint64_t)off);
+	if (reply_mapped(req, n, size, off, fi) != 0)
+		reply_buffered(req, n, size, off, fi);
+	/* After the reply: the reader goes on while this thread reads ahead. */
+	if (n->kind == US_NODE_VIEW || n->kind == US_NODE_TENSOR)
+		us_readahead_after(t->ra, n->u.view, (uint64_t)off, size);
 }
 
 static void us_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

@@ -27,6 +27,7 @@
 
 #include "model.h"
 #include "source/passthrough.h"
+#include "view/readahead.h"
 #include "view/view.h"
 
 /* The directory of raw tensor views; it shadows a SOURCE entry of that name. */
@@ -73,6 +74,7 @@ struct us_tree {
 	struct stat root_st;     /* SOURCE's stat at mount: the template */
 	int srcfd;               /* SOURCE directory, or -1 */
 	uint64_t total_bytes;    /* for statfs: every inode counted once */
+	struct us_readahead *ra; /* the views' sources read ahead, or NULL */
 };
 
 /*

@@ -132,7 +132,9 @@ enum us_status us_sd_open_file(struct us_statedict *sd, int dirfd,
 	 * device's read-ahead window keeps the disk ahead of the FUSE requests
 	 * (cold read of a 1 GB DCP: 0.45 -> 0.39 s median of 8, docs/
 	 * benchmarks.md).  Our own WILLNEED prefetch was slower than this: it
-	 * reads in small pages and stops the kernel's own read-ahead. */
+	 * reads in small pages and stops the kernel's own read-ahead.  What
+	 * this leaves (the read-ahead lapsing where a view switches shards)
+	 * view/readahead.c covers. */
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	f->fd = fd;
 	f->dev = st.st_dev;
