@@ -23,6 +23,7 @@
 #include "assemble/assemble.h"
 #include "assemble/cuda.h"
 #include "exit_watch.h"
+#include "init_ext.h"
 #include "export.h"
 #include "inspect.h"
 #include "msg.h"
@@ -227,6 +228,7 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 		return refuse(&err);
 	}
 	m->tree.ra = us_readahead_new(m->sd); /* NULL: reads go without */
+	m->tree.direct_io = o->direct_io;
 	return 0;
 }
 
@@ -328,6 +330,11 @@ static int serve(const struct us_opts *o, struct mount_state *m)
 		fprintf(stderr, "unshardfs: %s: cannot mount (busy, or no "
 			"permission to use /dev/fuse?)\n", o->mountpoint);
 		goto out_signals;
+	}
+	if (m->tree.direct_io && us_init_ext_install(se) != 0) {
+		us_msg(LOG_WARNING, "%s: --direct-io: cannot hook the FUSE "
+		       "device; reads go through the page cache", o->mountpoint);
+		m->tree.direct_io = false;
 	}
 	if (absmnt)
 		us_raise_read_ahead(absmnt, us_read_ahead_kb());

@@ -11,10 +11,13 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <syslog.h>
 #include <unistd.h>
 
 #include "assemble/assemble.h"
+#include "init_ext.h"
 #include "io.h"
+#include "msg.h"
 #include "view/readahead.h"
 
 static struct us_tree *tree_of(fuse_req_t req)
@@ -24,7 +27,12 @@ static struct us_tree *tree_of(fuse_req_t req)
 
 static void us_init(void *userdata, struct fuse_conn_info *conn)
 {
-	(void)userdata;
+	const struct us_tree *t = userdata;
+
+	if (t->direct_io && !us_init_ext_offered())
+		us_msg(LOG_WARNING, "--direct-io: this kernel cannot map direct-io "
+		       "files shared (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6+): "
+		       "reads go through the page cache");
 	/* Loaders read large tensors; let the kernel batch and overlap. */
 	if (conn->capable & FUSE_CAP_ASYNC_READ)
 		conn->want |= FUSE_CAP_ASYNC_READ;
@@ -243,9 +251,15 @@ static void us_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		}
 		fi->fh = (uint64_t)fd;
 	}
-	/* The bytes never change: keep the page cache across opens.  Never
-	 * direct_io, which would break shared mmap. */
+	/* The bytes never change: keep the page cache across opens. */
 	fi->keep_cache = 1;
+	/* --direct-io: read() replies go straight into the reader's pages, no
+	 * FUSE page cache (one page allocation and one copy fewer per byte);
+	 * only once the kernel accepted that such files may still be mapped
+	 * shared (init_ext.h), or safetensors' mmap would fail. */
+	if (t->direct_io && n->kind != US_NODE_PASSTHROUGH &&
+	    us_init_ext_mmap_direct())
+		fi->direct_io = 1;
 	fuse_reply_open(req, fi);
 }
 

@@ -40,6 +40,12 @@ void us_opts_usage(FILE *out)
 "                           user, users, nofail, _netdev, x-*, comment=*);\n"
 "                           -o NAME=VALUE sets the option --NAME=VALUE below\n"
 "                           ('_' for '-'; fstab's way to pass them)\n"
+"    --direct-io=on|off     on: read() of the views goes straight into the\n"
+"                           reader's buffer, past the FUSE page cache (large\n"
+"                           reads: faster, less memory; small reads: each a\n"
+"                           round trip), where the kernel still lets such\n"
+"                           files be mapped shared (Linux 6.6+; otherwise\n"
+"                           off) (default: off)\n"
 "\n"
 "checkpoint options (mount, inspect and export):\n"
 "    --format=FMT           auto|safetensors|torch|dcp|deepspeed|\n"
@@ -137,6 +143,7 @@ static int parse_long(struct us_opts *o, const char *a)
 	static const char *const ties[] = {"auto", "declared", "off", NULL};
 	static const char *const views[] = {"safetensors", "bin", NULL};
 	static const char *const weights[] = {"fp32", "module", NULL};
+	static const char *const on_off[] = {"on", "off", NULL};
 	const char *v = strchr(a, '=');
 
 	if (!strcmp(a, "--no-unwrap"))
@@ -156,6 +163,9 @@ static int parse_long(struct us_opts *o, const char *a)
 	if (!strncmp(a, "--deepspeed-weights=", 20))
 		return one_of(v, weights) ? (o->ds_weights = v, 1)
 			: usage_error("unknown --deepspeed-weights '%s'", v);
+	if (!strncmp(a, "--direct-io=", 12))
+		return one_of(v, on_off) ? (o->direct_io = !strcmp(v, "on"), 1)
+			: usage_error("unknown --direct-io '%s'", v);
 	if (!strncmp(a, "--device=", 9))
 		return is_device(v) ? (o->device = v, 1)
 			: usage_error("unknown --device '%s'", v);

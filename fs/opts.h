@@ -51,6 +51,7 @@ struct us_opts {
 	uint64_t cache_size;
 	const char *ties;          /* auto|declared|off */
 	const char *ds_weights;    /* --deepspeed-weights: fp32|module */
+	bool direct_io;            /* --direct-io=on: read() past the page cache */
 };
 
 /*

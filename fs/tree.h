@@ -75,6 +75,7 @@ struct us_tree {
 	int srcfd;               /* SOURCE directory, or -1 */
 	uint64_t total_bytes;    /* for statfs: every inode counted once */
 	struct us_readahead *ra; /* the views' sources read ahead, or NULL */
+	bool direct_io;          /* --direct-io=on (ops.c, init_ext.h) */
 };
 
 /*

@@ -256,10 +256,10 @@ def test_help_lists_every_option_with_its_default():
     assert r.returncode == 0
     for opt in ("-f", "-d", "-q", "-o", "--format=", "--no-unwrap", "--strip-prefix=",
                 "--dtype=", "--device=", "--cache-size=", "--ties=", "--max-shard-size=",
-                "--view=", "--version", "export", "inspect"):
+                "--view=", "--direct-io=", "--version", "export", "inspect"):
         assert opt in r.stdout, opt
     with open(MAN) as f:
         man = f.read().replace("\\-", "-")
     for opt in ("--format=", "--no-unwrap", "--strip-prefix=", "--dtype=", "--device=",
-                "--cache-size=", "--ties=", "--max-shard-size=", "--view="):
+                "--cache-size=", "--ties=", "--max-shard-size=", "--view=", "--direct-io="):
         assert opt in man, opt

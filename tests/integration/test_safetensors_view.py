@@ -13,13 +13,20 @@ from conftest import (DTYPE_SIZE, NUMPY_UNSUPPORTED, SOURCES, mount, parse_heade
                       source_tensors, tensor_bytes)
 
 
-@pytest.fixture(scope="module", params=sorted(SOURCES), ids=sorted(SOURCES))
+# Every source through the page cache (the default) and with --direct-io=on (read()
+# straight into the reader's buffer; mmap through the page cache).
+MODES = {"cached": (), "direct": ("--direct-io=on",)}
+
+
+@pytest.fixture(scope="module", params=[(s, m) for s in sorted(SOURCES) for m in MODES],
+                ids=[f"{s}-{m}" for s in sorted(SOURCES) for m in MODES])
 def mounted(request):
-    """(id, source, mountpoint, whole model.safetensors bytes, source tensors), one mount per source."""
-    name = request.param
+    """(id, source, mountpoint, whole model.safetensors bytes, source tensors), one mount per
+    source and mode."""
+    name, mode = request.param
     src = SOURCES[name]
     expect = source_tensors(src)
-    with mount(src) as mnt:
+    with mount(src, *MODES[mode]) as mnt:
         with open(os.path.join(mnt, "model.safetensors"), "rb") as f:
             whole = f.read()
         yield name, src, mnt, whole, expect
