@@ -23,6 +23,11 @@ int us_tensor_read(const struct us_statedict *sd, const struct us_tensor *t,
  * A reply described instead of filled (map.c): up to @cap segments, each
  * @len bytes at @mem (fd -1) or at offset @off of file descriptor @fd.
  * @overflow is set when a segment did not fit (or too many were short).
+ *
+ * With @sources set, the segments say instead which source bytes the range
+ * is made from, for reading them ahead (view/readahead.c): no memory, casts
+ * as their stored bytes, a strided row as the span it reads, zstd items
+ * left out; nothing answers -EAGAIN, and a full @v just ends the list.
  */
 struct us_seg {
 	int fd;
@@ -36,6 +41,7 @@ struct us_segs {
 	size_t n, cap;
 	size_t nshort; /* short segments so far (map.c) */
 	bool overflow;
+	bool sources;
 };
 
 void us_segs_add_mem(struct us_segs *s, const void *mem, size_t len);
@@ -66,6 +72,8 @@ int us_tensor_read_stored(const struct us_statedict *sd,
 /* us_tensor_is_cast - is @t presented in another dtype than it is stored
  * in (--dtype)?  us_tensor_read_cast reads such a tensor (cast_read.c). */
 bool us_tensor_is_cast(const struct us_tensor *t);
+/* us_tensor_stored - @t as stored: the same chunks, in their dtype. */
+struct us_tensor us_tensor_stored(const struct us_tensor *t);
 int us_tensor_read_cast(const struct us_statedict *sd, const struct us_tensor *t,
 			void *buf, uint64_t len, uint64_t off);
 

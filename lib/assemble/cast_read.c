@@ -36,8 +36,7 @@ static void convert(enum us_dtype from, enum us_dtype to, const void *src,
 		us_cast(from, to, src, dst, n);
 }
 
-/* The tensor as stored: same chunks, the stored dtype and its size. */
-static struct us_tensor stored_view(const struct us_tensor *t)
+struct us_tensor us_tensor_stored(const struct us_tensor *t)
 {
 	struct us_tensor s = *t;
 
@@ -86,7 +85,7 @@ int us_tensor_read_cast(const struct us_statedict *sd, const struct us_tensor *t
 	unsigned char *big = cast_device >= 0 ? dev_buffers() : NULL;
 	unsigned char *sbuf = big ? big : stack[0];
 	unsigned char *dbuf = big ? big + CAST_BLOCK_DEV : stack[1];
-	struct us_tensor s = stored_view(t);
+	struct us_tensor s = us_tensor_stored(t);
 	uint64_t si = us_dtype_bits(s.dtype) / 8, di = us_dtype_bits(t->dtype) / 8;
 	uint64_t per = (big ? CAST_BLOCK_DEV : CAST_BLOCK) / (si > di ? si : di);
 	uint64_t e = off / di, end = off + len;

@@ -24,6 +24,8 @@
 
 void us_segs_add_mem(struct us_segs *s, const void *mem, size_t len)
 {
+	if (s->sources)
+		return; /* nothing to read ahead */
 	if (s->n == s->cap) {
 		s->overflow = true;
 		return;
@@ -71,11 +73,63 @@ static int map_emit(void *vctx, const struct us_copy_op *op)
 	return ctx->segs->overflow ? -EAGAIN : 0;
 }
 
+/*
+ * segs->sources: the file bytes an op reads.  A strided row reads from its
+ * first element to its last; rows of one chunk overlap, so a range inside
+ * or continuing the last segment of the same file extends it.
+ */
+static int sources_emit(void *vctx, const struct us_copy_op *op)
+{
+	struct map_ctx *ctx = vctx;
+	struct us_segs *s = ctx->segs;
+	struct us_seg *last = s->n ? &s->v[s->n - 1] : NULL;
+	int fd = ctx->sd->files[op->src->file].fd;
+	uint64_t off = op->src_off;
+	uint64_t end = off + (op->count - 1) * op->src_stride + op->len;
+
+	if (op->src->xf != US_XF_NONE)
+		return 0; /* offsets in a decoded item, not in the file */
+	if (last && last->fd == fd && off >= last->off &&
+	    off <= last->off + last->len) {
+		if (end > last->off + last->len)
+			last->len = (size_t)(end - last->off);
+		return 0;
+	}
+	if (s->n == s->cap) {
+		s->overflow = true;
+		return 1; /* full: what is listed is enough */
+	}
+	s->v[s->n++] = (struct us_seg){ .fd = fd, .off = off,
+					.len = (size_t)(end - off) };
+	return 0;
+}
+
+/* A cast tensor's bytes [@off, @off + @len) come from whole stored
+ * elements: plan those. */
+static int tensor_sources(const struct us_tensor *t, struct map_ctx *ctx,
+			  uint64_t len, uint64_t off)
+{
+	struct us_tensor s;
+	uint64_t di, si, e0, e1;
+
+	if (!us_tensor_is_cast(t))
+		return us_plan_range(t, off, len, sources_emit, ctx) < 0 ? -EIO : 0;
+	s = us_tensor_stored(t);
+	di = us_dtype_bits(t->dtype) / 8;
+	si = us_dtype_bits(s.dtype) / 8;
+	e0 = off / di;
+	e1 = (off + len + di - 1) / di;
+	return us_plan_range(&s, e0 * si, (e1 - e0) * si, sources_emit,
+			     ctx) < 0 ? -EIO : 0;
+}
+
 int us_tensor_map(const struct us_statedict *sd, const struct us_tensor *t,
 		  struct us_segs *segs, uint64_t len, uint64_t off)
 {
 	struct map_ctx ctx = { .sd = sd, .segs = segs, .checked = -1 };
 
+	if (segs->sources)
+		return tensor_sources(t, &ctx, len, off);
 	if (us_tensor_is_cast(t))
 		return -EAGAIN;
 	return us_plan_range(t, off, len, map_emit, &ctx);

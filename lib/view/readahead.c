@@ -185,13 +185,13 @@ void us_readahead_after(struct us_readahead *ra, const struct us_view *v,
 			uint64_t off, uint64_t len)
 {
 	struct us_seg segv[SEGS];
-	struct us_segs segs = { .v = segv, .cap = SEGS };
+	struct us_segs segs = { .v = segv, .cap = SEGS, .sources = true };
 	uint64_t w;
 
 	if (!ra || (w = seq_window(ra, v, off, len)) == 0)
 		return;
-	/* Whatever could be described, even when not all of it could (a cast,
-	 * short runs, more segments than SEGS: those go without). */
+	/* The first SEGS source runs of the window, casts and gathers
+	 * included (assemble.h, us_segs.sources). */
 	us_view_map(v, &segs, (size_t)w, off + len);
 	for (size_t i = 0; i < segs.n; i++)
 		if (segv[i].fd >= 0)

@@ -14,7 +14,8 @@
  *
  * So the daemon reads ahead itself: after a read of a view that continues
  * a sequential run, the source runs of the next US_RA_WINDOW bytes of the
- * view are read through a second descriptor of each source file, one that
+ * view (casts and gathers included: us_segs.sources) are read through a
+ * second descriptor of each source file, one that
  * only ever reads forward, with sendfile(2) to /dev/null: the kernel's own
  * sequential read-ahead fills the page cache in large folios and nothing
  * is copied.  (posix_fadvise(WILLNEED), tried before, reads in order-0

@@ -1,8 +1,9 @@
 /*
  * test_readahead.c - read-ahead of a view's sources (view/readahead.c):
  * a sequential run of reads brings the next US_RA_WINDOW bytes of the
- * source into the page cache; reads that do not continue each other, or a
- * run shorter than four requests, bring nothing.  Residency is checked with
+ * source into the page cache, also through a --dtype=bf16 cast (twice the
+ * view's bytes); reads that do not continue each other, or a run shorter
+ * than four requests, bring nothing.  Residency is checked with
  * mincore(2) on the source file after posix_fadvise(DONTNEED) evicted it
  * (skipped where that cannot evict: tmpfs).
  */
@@ -23,12 +24,13 @@
 
 #define MIB (1u << 20)
 #define DLEN (24u * MIB)
-#define HDR "{\"w\":{\"dtype\":\"U8\",\"shape\":[25165824]," \
+#define HDR "{\"w\":{\"dtype\":\"F32\",\"shape\":[6291456]," \
 	    "\"data_offsets\":[0,25165824]}}"
 
 static char path[4200];
 static const struct us_view *v; /* the tensor's raw view */
 static struct us_readahead *ra;
+static uint64_t scale;           /* source bytes per view byte */
 
 /* Pages of [@off, @off + @len) of the source file in the page cache. */
 static size_t resident(uint64_t off, uint64_t len)
@@ -60,20 +62,19 @@ static void evict(void)
 
 static void test_ahead(void)
 {
-	size_t pages = (size_t)(DLEN - 8 * MIB) / (size_t)sysconf(_SC_PAGESIZE);
-	uint64_t hdr = v->size - DLEN; /* the view is the tensor: none */
+	size_t pages = (size_t)(DLEN - 10 * MIB) / (size_t)sysconf(_SC_PAGESIZE);
 
-	CHECK(hdr == 0);
+	CHECK(v->size * scale == DLEN);
 	evict();
-	CHECK(resident(8 * MIB, DLEN - 8 * MIB) < pages / 8);
+	CHECK(resident(10 * MIB, DLEN - 10 * MIB) < pages / 8);
 	/* A run of three 1 MiB reads: not yet four requests' worth. */
 	for (uint64_t off = 0; off < 3 * MIB; off += MIB)
 		us_readahead_after(ra, v, off, MIB);
-	CHECK(resident(8 * MIB, DLEN - 8 * MIB) < pages / 8);
-	/* Two more: the rest of the file (within the window) is read. */
+	CHECK(resident(10 * MIB, DLEN - 10 * MIB) < pages / 8);
+	/* Two more: the rest of the source (within the window) is read. */
 	for (uint64_t off = 3 * MIB; off < 5 * MIB; off += MIB)
 		us_readahead_after(ra, v, off, MIB);
-	CHECK(resident(8 * MIB, DLEN - 8 * MIB) == pages);
+	CHECK(resident(10 * MIB, DLEN - 10 * MIB) == pages);
 }
 
 static void test_scattered(void)
@@ -83,30 +84,28 @@ static void test_scattered(void)
 
 	evict();
 	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++)
-		us_readahead_after(ra, v, at[i] * MIB, MIB);
+		us_readahead_after(ra, v, at[i] * MIB / scale, MIB / scale);
 	CHECK(resident(0, DLEN) < pages / 8);
 	us_readahead_after(NULL, v, 0, MIB); /* no read-ahead: nothing */
 }
 
-int main(void)
+/* Open the file (cast to bf16 when @cast), run both tests on its view. */
+static void run_all(bool cast)
 {
-	const char *dir = tmpdir_new();
+	struct us_source_opts so = { .cast = cast, .cast_to = US_DT_BF16 };
 	struct us_statedict *sd = NULL;
 	struct us_view *raw = NULL;
 	struct us_err err = {0};
-	struct statfs fs;
 	int dirfd = -1;
 
-	snprintf(path, sizeof(path), "%s/m.safetensors", dir);
-	CHECK(tmpdir_write_st(dir, "m.safetensors", HDR, DLEN) == 0);
-	CHECK(us_source_open(path, NULL, &sd, &dirfd, &err) == US_OK);
+	CHECK(us_source_open(path, &so, &sd, &dirfd, &err) == US_OK);
 	CHECK(sd && us_view_raw_array_new(sd, &raw, &err) == US_OK);
 	ra = sd ? us_readahead_new(sd) : NULL;
 	CHECK(ra != NULL);
-	if (statfs(dir, &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
-		fprintf(stderr, "skip: %s is tmpfs (DONTNEED cannot evict)\n", dir);
-	} else if (raw && ra) {
+	if (raw && ra) {
 		v = &raw[0];
+		scale = cast ? 2 : 1;
+		fprintf(stderr, "%s:\n", cast ? "cast to bf16" : "as stored");
 		RUN(test_ahead);
 		RUN(test_scattered);
 	}
@@ -115,6 +114,21 @@ int main(void)
 	us_sd_free(sd);
 	if (dirfd >= 0)
 		close(dirfd);
+}
+
+int main(void)
+{
+	const char *dir = tmpdir_new();
+	struct statfs fs;
+
+	snprintf(path, sizeof(path), "%s/m.safetensors", dir);
+	CHECK(tmpdir_write_st(dir, "m.safetensors", HDR, DLEN) == 0);
+	if (statfs(dir, &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
+		fprintf(stderr, "skip: %s is tmpfs (DONTNEED cannot evict)\n", dir);
+	} else {
+		run_all(false);
+		run_all(true);
+	}
 	tmpdir_rm(dir);
 	TEST_MAIN_END();
 }
