@@ -151,6 +151,13 @@ def test_concurrent_reads_dcp():
         hammer(mnt, "fsdp2_2rank", CONCURRENCY_SECONDS)
 
 
+def test_concurrent_reads_dcp_direct_io():
+    """--direct-io=on: the preads bypass the page cache while the mmap readers fill it
+    (and each mapping drops it): still every byte right."""
+    with mount(os.path.join(TORCH_FIX, "fsdp2_2rank"), "--direct-io=on") as mnt:
+        hammer(mnt, "fsdp2_2rank", CONCURRENCY_SECONDS)
+
+
 def test_concurrent_reads_zstd_tiny_cache():
     with mount(os.path.join(TORCH_FIX, "zstd"), "--cache-size=4K") as mnt:
         hammer(mnt, "zstd", CONCURRENCY_SECONDS)
