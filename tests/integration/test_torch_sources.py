@@ -207,6 +207,30 @@ def test_llama_from_pretrained_bin_only():
 
 # ---------------------------------------------------------------- refusals
 
+@pytest.mark.parametrize("fixture", ["single_bin", "dtensor_2d"])
+def test_strided_chunks_with_a_tiny_cache(fixture):
+    """Transposed and strided chunks whose storage span the cache cannot hold are read a
+    group of rows at a time (exec_cpu.c row_group): the same bytes as torch's."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+    ref, ties = load_ref(fixture)
+    with mount(source(fixture), "--cache-size=16") as mnt:
+        path = os.path.join(mnt, "model.safetensors")
+        got = {k: v.clone() for k, v in load_file(path).items()}
+        with safe_open(path, framework="pt") as f:
+            meta = f.metadata() or {}
+        raw = {}
+        for k, v in ref.items():
+            f = os.path.join(mnt, "tensors", k.replace("%", "%25").replace("/", "%2F"))
+            if os.path.exists(f):
+                with open(f, "rb") as fh:
+                    raw[k] = fh.read()
+        gc.collect()
+    compare(got, ref, ties, meta, what=f"{fixture} with --cache-size=16")
+    for k, b in raw.items():
+        assert b == tensor_bytes(ref[k]), k
+
+
 def test_fsdp1_local_state_dict_refused():
     src = os.path.join(TORCH_FIXTURES, "fsdp1_local")
     _path, reason = refuse(src)
