@@ -27,8 +27,8 @@ void us_tile_begin(struct us_tile_state *st);
  * us_tile_get - bytes [@off, @off + @len) of file @f (index @file), read
  * once and held in the cache; valid until us_tile_end or the next call.
  * NULL when they cannot be held (larger than the cache, or memory short):
- * the caller then reads the rows another way (exec_cpu.c); *@rc is then 0, or a negative
- * errno when the file could not be read.
+ * the caller then reads the rows another way (exec_cpu.c); *@rc is then
+ * 0, or a negative errno when the file could not be read.
  */
 const unsigned char *us_tile_get(struct us_tile_state *st,
 				 const struct us_file *f, uint32_t file,
