@@ -355,20 +355,16 @@ int us_tensor_read_stored(const struct us_statedict *sd,
 		   void *buf, uint64_t len, uint64_t off)
 {
 	struct cpu_ctx ctx = { .sd = sd, .buf = buf, .checked = NULL };
-	int rc, frc;
+	int rc, frc, grc;
 
 	us_zitem_begin(&ctx.z);
 	us_tile_begin(&ctx.tile);
 	rc = us_plan_range(t, off, len, cpu_emit, &ctx);
 	frc = gather_flush(&ctx); /* always empties the queue */
-	if (ctx.rg.rows) {
-		int grc = group_flush(&ctx);
-
-		frc = frc ? frc : grc;
-	}
+	grc = group_flush(&ctx);  /* and the row group */
 	us_tile_end(&ctx.tile);
 	us_zitem_end(&ctx.z);
-	return rc ? rc : frc;
+	return rc ? rc : frc ? frc : grc;
 }
 
 int us_tensor_read(const struct us_statedict *sd, const struct us_tensor *t,

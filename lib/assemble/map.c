@@ -104,23 +104,22 @@ static int sources_emit(void *vctx, const struct us_copy_op *op)
 	return 0;
 }
 
-/* A cast tensor's bytes [@off, @off + @len) come from whole stored
- * elements: plan those. */
+/* The sources of bytes [@off, @off + @len) of @t; a cast tensor's come
+ * from whole stored elements: plan those. */
 static int tensor_sources(const struct us_tensor *t, struct map_ctx *ctx,
 			  uint64_t len, uint64_t off)
 {
-	struct us_tensor s;
-	uint64_t di, si, e0, e1;
+	struct us_tensor s = *t;
 
-	if (!us_tensor_is_cast(t))
-		return us_plan_range(t, off, len, sources_emit, ctx) < 0 ? -EIO : 0;
-	s = us_tensor_stored(t);
-	di = us_dtype_bits(t->dtype) / 8;
-	si = us_dtype_bits(s.dtype) / 8;
-	e0 = off / di;
-	e1 = (off + len + di - 1) / di;
-	return us_plan_range(&s, e0 * si, (e1 - e0) * si, sources_emit,
-			     ctx) < 0 ? -EIO : 0;
+	if (us_tensor_is_cast(t)) {
+		uint64_t di = us_dtype_bits(t->dtype) / 8;
+		uint64_t e0 = off / di, e1 = (off + len + di - 1) / di;
+
+		s = us_tensor_stored(t);
+		off = e0 * (us_dtype_bits(s.dtype) / 8);
+		len = (e1 - e0) * (us_dtype_bits(s.dtype) / 8);
+	}
+	return us_plan_range(&s, off, len, sources_emit, ctx) < 0 ? -EIO : 0;
 }
 
 int us_tensor_map(const struct us_statedict *sd, const struct us_tensor *t,
