@@ -35,7 +35,8 @@ static const struct {
 	{"bool", US_DT_BOOL},    {"complex64", US_DT_C64}, {"cfloat", US_DT_C64},
 	{"uint16", US_DT_U16},   {"uint32", US_DT_U32},   {"uint64", US_DT_U64},
 	{"float8_e4m3fn", US_DT_F8_E4M3}, {"float8_e5m2", US_DT_F8_E5M2},
-	{"float8_e8m0fnu", US_DT_F8_E8M0},
+	{"float8_e8m0fnu", US_DT_F8_E8M0}, {"float8_e4m3fnuz", US_DT_F8_E4M3FNUZ},
+	{"float8_e5m2fnuz", US_DT_F8_E5M2FNUZ},
 };
 
 int us_torch_dtype(const struct us_pk *g, enum us_dtype *dt)
@@ -106,6 +107,35 @@ static int match_storage(const struct us_pk *p, struct us_torch_tensor *t,
 	return *why = "tensor storage type has no safetensors dtype", -1;
 }
 
+/*
+ * The optional last argument of _rebuild_tensor_v2/_v3: torch's tensor
+ * metadata, a dict of flags.  torch.save keeps a lazy conj() or neg view as
+ * the stored bytes plus {"conj": True} / {"neg": True}, and torch.load
+ * applies the flag; serving the stored bytes would be silently wrong, so a
+ * set flag (or one we do not know) refuses the tensor.
+ */
+static int match_metadata(const struct us_pk *md, const char **why)
+{
+	if (!md || md->kind == US_PK_NONE)
+		return 0;
+	if (!us_pk_is_dictlike(md))
+		return *why = "malformed tensor metadata", -1;
+	for (size_t i = 0; i < md->coll->vals.n; i++) {
+		const struct us_pk *k = md->coll->keys.v[i], *v = md->coll->vals.v[i];
+
+		if ((v->kind == US_PK_BOOL && !v->u.b) ||
+		    (v->kind == US_PK_INT && v->u.i == 0))
+			continue;
+		if (us_pk_is_str(k, "conj") || us_pk_is_str(k, "neg"))
+			return *why = "it is a lazy conj() or neg view (torch's conj/neg "
+				      "bit): save t.resolve_conj().resolve_neg() instead",
+			       -1;
+		return *why = "it carries tensor metadata this reader does not know",
+		       -1;
+	}
+	return 0;
+}
+
 /* _rebuild_tensor_v2/_v3 arguments. */
 static int match_rebuild(const struct us_pk *args, bool v3,
 			 struct us_torch_tensor *t, const char **why)
@@ -124,6 +154,8 @@ static int match_rebuild(const struct us_pk *args, bool v3,
 	    int_tuple(us_pk_at(args, 3), &nstride, NULL, t->strides) < 0 ||
 	    nstride != t->ndim)
 		return *why = "malformed tensor offset, size or stride", -1;
+	if (match_metadata(us_pk_at(args, v3 ? 7 : 6), why) < 0)
+		return -1;
 	t->storage_offset = (uint64_t)us_pk_at(args, 1)->u.i;
 	return 1;
 }

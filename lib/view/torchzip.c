@@ -64,6 +64,8 @@ static const struct {
 	[US_DT_F8_E5M2] = {NULL, "float8_e5m2"},
 	[US_DT_F8_E4M3] = {NULL, "float8_e4m3fn"},
 	[US_DT_F8_E8M0] = {NULL, "float8_e8m0fnu"},
+	[US_DT_F8_E4M3FNUZ] = {NULL, "float8_e4m3fnuz"},
+	[US_DT_F8_E5M2FNUZ] = {NULL, "float8_e5m2fnuz"},
 };
 
 static bool torch_can_express(enum us_dtype dt)
