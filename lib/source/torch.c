@@ -51,10 +51,6 @@ static enum us_status add_tensor(struct walk *w, const char *name,
 	struct us_tensor *t;
 	uint64_t off;
 
-	if (!*name)
-		return us_err_set(w->err, US_E_UNSUPPORTED, path,
-				  "the checkpoint is a single tensor, not a "
-				  "state dict");
 	if (us_torch_extent(w->ta, tt, &off, &why) < 0)
 		return us_err_set(w->err, US_E_FORMAT, path, "tensor '%s': %s",
 				  name, why);
@@ -76,18 +72,26 @@ static enum us_status add_tensor(struct walk *w, const char *name,
 	return US_OK;
 }
 
-/* The name of a dict key or list index, appended to @name. */
-static bool key_text(const struct us_pk *k, char *buf, size_t len)
+static bool has_tensor(const struct us_pk *v, int depth, uint32_t *budget);
+
+/* Append the text of dict key or list index @k to @name; false when @k is
+ * not something a name can be made of (a bool, float, tuple, bytes or None
+ * key, or a string with a NUL in it). */
+static bool key_text(const struct us_pk *k, struct us_sbuf *name)
 {
+	char num[24];
+
 	if (k->kind == US_PK_STR) {
-		if (k->u.str.len >= len || memchr(k->u.str.s, '\0', k->u.str.len))
+		if (memchr(k->u.str.s, '\0', k->u.str.len))
 			return false;
-		memcpy(buf, k->u.str.s, k->u.str.len + 1);
+		us_sbuf_puts(name, k->u.str.s);
 		return true;
 	}
-	if (k->kind == US_PK_INT)
-		return snprintf(buf, len, "%lld", (long long)k->u.i) < (int)len;
-	return false;
+	if (k->kind != US_PK_INT)
+		return false;
+	snprintf(num, sizeof(num), "%lld", (long long)k->u.i);
+	us_sbuf_puts(name, num);
+	return true;
 }
 
 static enum us_status walk(struct walk *w, const struct us_pk *v,
@@ -98,14 +102,29 @@ static enum us_status walk_child(struct walk *w, const struct us_pk *k,
 				 int depth)
 {
 	size_t mark = name->len;
-	char key[4096];
+	uint32_t budget = 1u << 16;
 	enum us_status rc;
 
-	if (!key_text(k, key, sizeof(key)))
-		return US_OK; /* not a name a state dict can have */
 	if (mark)
 		us_sbuf_putc(name, '.');
-	us_sbuf_puts(name, key);
+	if (!key_text(k, name)) {
+		name->len = mark;
+		if (name->p)
+			name->p[mark] = '\0';
+		/* Not a name a state dict can have: skipped, unless tensors
+		 * live under it (dropping them silently would serve a model
+		 * with weights missing). */
+		if (!has_tensor(v, depth, &budget))
+			return US_OK;
+		return us_err_set(w->err, US_E_UNSUPPORTED,
+				  w->sd->files[w->file].relpath,
+				  "%s%s%s holds tensors under a %s, which cannot "
+				  "be a tensor name", mark ? "'" : "",
+				  mark ? name->p : "the top-level dict",
+				  mark ? "'" : "",
+				  k->kind == US_PK_STR ? "key with a NUL in it"
+						       : "key that is not a string");
+	}
 	us_sbuf_putc(name, '\0');
 	name->len--;
 	if (name->oom)
@@ -140,6 +159,11 @@ static enum us_status walk(struct walk *w, const struct us_pk *v,
 				  w->sd->files[w->file].relpath,
 				  "tensor '%s': %s", name->len ? name->p : "",
 				  why);
+	if (m > 0 && depth == 0)
+		return us_err_set(w->err, US_E_UNSUPPORTED,
+				  w->sd->files[w->file].relpath,
+				  "the checkpoint is a single tensor, not a "
+				  "state dict");
 	if (m > 0)
 		return add_tensor(w, name->len ? name->p : "", &tt);
 	if (us_pk_is_dictlike(v)) {
@@ -186,14 +210,33 @@ static bool has_tensor(const struct us_pk *v, int depth, uint32_t *budget)
 	return false;
 }
 
+/* Keys training scripts and frameworks keep the model's state dict under
+ * (Lightning: "state_dict"; most scripts: "model" or "model_state_dict"). */
+static bool is_model_key(const struct us_pk *k)
+{
+	static const char *const keys[] = {
+		"state_dict", "model_state_dict", "model", "module", "net",
+	};
+
+	for (size_t i = 0; k->kind == US_PK_STR && i < sizeof(keys) / sizeof(*keys); i++)
+		if (!strcmp(k->u.str.s, keys[i]))
+			return true;
+	return false;
+}
+
 /*
  * The container rule: if exactly one top-level, non-optimizer entry holds
  * tensors and it is itself a dict, the model is that dict.  (A state dict
  * is flat -- "a.b.weight" -- so a nested dict at the top is a container.)
+ * When several entries hold tensors -- Lightning's callbacks keep
+ * best_model_score as a tensor, scripts save an RNG state or a step
+ * counter beside the model -- the one dict under a model key (is_model_key)
+ * is the model.  Otherwise the whole pickle is walked.
  */
 static const struct us_pk *model_root(const struct us_pk *root)
 {
-	const struct us_pk *found = NULL;
+	const struct us_pk *only = NULL, *named = NULL;
+	size_t holders = 0, nnamed = 0;
 	uint32_t budget = MAX_WALK_VISITS;
 
 	if (!us_pk_is_dictlike(root))
@@ -206,11 +249,18 @@ static const struct us_pk *model_root(const struct us_pk *root)
 			continue;
 		if (!has_tensor(v, 0, &budget))
 			continue;
-		if (found || !us_pk_is_dictlike(v))
-			return root;
-		found = v;
+		holders++;
+		if (!us_pk_is_dictlike(v))
+			continue;
+		only = v;
+		if (is_model_key(k)) {
+			named = v;
+			nnamed++;
+		}
 	}
-	return found ? found : root;
+	if (holders == 1 && only)
+		return only;
+	return nnamed == 1 ? named : root;
 }
 
 /* ---- optimizer state ------------------------------------------------------ */
@@ -346,6 +396,18 @@ static enum us_status read_optimizer(struct walk *w, const struct us_pk *root)
 	return rc;
 }
 
+/* Does the archive hold any storage record (<prefix>/data/<key>)? */
+static bool has_storages(const struct us_zip *z)
+{
+	size_t plen = strlen(z->prefix);
+
+	for (size_t i = 0; i < z->n; i++)
+		if (!strncmp(z->v[i].name, z->prefix, plen) &&
+		    !strncmp(z->v[i].name + plen, "/data/", 6))
+			return true;
+	return false;
+}
+
 static enum us_status torch_read_file(struct us_statedict *sd, int dirfd,
 				      const char *relpath, struct us_err *err)
 {
@@ -356,6 +418,7 @@ static enum us_status torch_read_file(struct us_statedict *sd, int dirfd,
 	struct walk w = { .sd = sd, .dst = sd, .ta = &ta, .err = err,
 			  .json_budget = US_PK_JSON_BUDGET };
 	const struct us_pk *model;
+	size_t before;
 	enum us_status rc;
 
 	US_TRY(us_sd_open_file(sd, dirfd, relpath, &w.file, err));
@@ -368,9 +431,16 @@ static enum us_status torch_read_file(struct us_statedict *sd, int dirfd,
 		goto out;
 	}
 	model = model_root(ta.root);
+	before = sd->ntensors + (sd->optim ? sd->optim->ntensors : 0);
 	rc = walk(&w, model, &name, 0, model == ta.root);
 	if (rc == US_OK)
 		rc = read_optimizer(&w, ta.root);
+	if (rc == US_OK && before == sd->ntensors + (sd->optim ? sd->optim->ntensors : 0) &&
+	    has_storages(&ta.zip))
+		rc = us_err_set(err, US_E_UNSUPPORTED, relpath,
+				"holds tensor data but no dict of tensors (a "
+				"pickled nn.Module or another object?): save its "
+				"state_dict() instead");
 out:
 	us_sbuf_free(&name);
 	us_arena_free(&arena);

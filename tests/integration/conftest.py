@@ -33,12 +33,13 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # safetensors dtype string -> element size in bytes (the natural alignment)
 DTYPE_SIZE = {
     "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1,
+    "F8_E4M3FNUZ": 1, "F8_E5M2FNUZ": 1,
     "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
     "I32": 4, "U32": 4, "F32": 4,
     "I64": 8, "U64": 8, "F64": 8, "C64": 8,
 }
 # dtypes numpy cannot represent (safe_open(framework="numpy") refuses them)
-NUMPY_UNSUPPORTED = {"BF16", "F8_E5M2", "F8_E4M3", "F8_E8M0"}
+NUMPY_UNSUPPORTED = {"BF16", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ"}
 
 
 def hub_snapshot():

@@ -40,6 +40,7 @@ def torch_dtype(st):
         "C64": torch.complex64, "U16": torch.uint16, "U32": torch.uint32,
         "U64": torch.uint64, "F8_E5M2": torch.float8_e5m2,
         "F8_E4M3": torch.float8_e4m3fn, "F8_E8M0": torch.float8_e8m0fnu,
+        "F8_E4M3FNUZ": torch.float8_e4m3fnuz, "F8_E5M2FNUZ": torch.float8_e5m2fnuz,
     }[st]
 
 

@@ -28,7 +28,7 @@ import time
 
 import pytest
 
-from conftest import (BINARY, FIXTURES, FUSERMOUNT, copy_source, mount, refuse,
+from conftest import (BINARY, FIXTURES, FUSERMOUNT, copy_source, mount, refuse, run_cli,
                       require_binary, tensor_bytes, unmount)
 
 TORCH_FIX = os.path.join(FIXTURES, "torch")
@@ -431,9 +431,13 @@ def test_shared_reference_dag_is_refused_quickly(tmp_path):
     x = {}
     for _ in range(40):
         x = {"a": x, "b": x}
-    torch.save({"model": {"w": torch.ones(3)}, "extra": x}, str(src / "pytorch_model.bin"))
+    torch.save({"model": {"w": torch.ones(3), "extra": x}}, str(src / "pytorch_model.bin"))
     path, why = refuse(str(src), timeout=30)
     assert path == "pytorch_model.bin" and "shared references" in why, why
+    # beside the model key it is not walked at all (the container rule picks "model")
+    torch.save({"model": {"w": torch.ones(3)}, "extra": x}, str(src / "pytorch_model.bin"))
+    r = run_cli("inspect", str(src), timeout=30)
+    assert r.returncode == 0 and "1 tensors" in r.stdout, (r.returncode, r.stderr)
 
 
 # ------------------------------------------------------------------ (d) valgrind

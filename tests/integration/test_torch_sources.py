@@ -235,3 +235,73 @@ def test_fsdp1_local_state_dict_refused():
     src = os.path.join(TORCH_FIXTURES, "fsdp1_local")
     _path, reason = refuse(src)
     assert "_flat_param" in reason, reason
+
+
+# ---------------------------------------------------------------- torch.save edge cases
+# Small files written here by torch.save itself: what torch.load gives must be what the
+# mount serves, or the mount must refuse with one line.
+
+def _save(tmp_path, obj, name="model.pt"):
+    src = tmp_path / "src"
+    src.mkdir()
+    torch.save(obj, str(src / name))
+    return str(src)
+
+
+def _served(src):
+    from safetensors.torch import load_file
+    with mount(src) as mnt:
+        got = {k: v.clone() for k, v in load_file(os.path.join(mnt, "model.safetensors")).items()}
+        with open(os.path.join(mnt, "pytorch_model.bin"), "rb") as f:
+            binv = {k: v.clone() for k, v in torch.load(f, weights_only=True).items()}
+        gc.collect()
+    assert set(binv) == set(got)
+    for k in got:
+        assert tensor_bytes(binv[k]) == tensor_bytes(got[k]), k
+    return got
+
+
+@pytest.mark.parametrize("flag", ["conj", "neg"])
+def test_lazy_conj_and_neg_views_refused(tmp_path, flag):
+    """torch.save keeps t.conj() / a neg view as the stored bytes plus a flag that
+    torch.load applies: serving the stored bytes would be silently wrong."""
+    x = torch.randn(3, dtype=torch.complex64)
+    t = x.conj() if flag == "conj" else torch._neg_view(x)
+    src = _save(tmp_path, {"w": t, "ok": torch.ones(2)})
+    assert torch.load(os.path.join(src, "model.pt"), weights_only=True)["w"].is_conj() == \
+        (flag == "conj")
+    path, reason = refuse(src)
+    assert path == "model.pt" and "'w'" in reason and "conj" in reason, reason
+
+
+@pytest.mark.parametrize("key", [True, 1.5, ("a", 1), b"raw", None, "a\0b"],
+                         ids=["bool", "float", "tuple", "bytes", "none", "nul"])
+def test_tensor_under_a_key_that_cannot_be_a_name_refused(tmp_path, key):
+    """Such tensors used to be dropped without a word: a model with weights missing."""
+    src = _save(tmp_path, {"model": {key: torch.ones(2), "ok": torch.zeros(3)}})
+    path, reason = refuse(src)
+    assert path == "model.pt" and "cannot be a tensor name" in reason, reason
+
+
+def test_keys_that_cannot_be_names_but_hold_no_tensor_are_skipped(tmp_path):
+    src = _save(tmp_path, {"w": torch.arange(4.0), (1, 2): "note", None: 3, b"x": [1, 2]})
+    assert sorted(_served(src)) == ["w"]
+
+
+def test_long_and_empty_names_served(tmp_path):
+    long = "L" * 5000
+    sd = {long: torch.arange(3.0), "": torch.ones(2, dtype=torch.int16), "ok": torch.zeros(1)}
+    got = _served(_save(tmp_path, sd))
+    assert sorted(got) == sorted(sd)
+    for k, v in sd.items():
+        assert tensor_bytes(got[k]) == tensor_bytes(v), k[:20]
+
+
+@pytest.mark.parametrize("wrap", ["bare", "in_dict"])
+def test_pickled_module_refused(tmp_path, wrap):
+    """torch.save(model) keeps the tensors in the module's pickled state: an empty mount
+    would look like a model with no weights."""
+    m = torch.nn.Linear(3, 2)
+    src = _save(tmp_path, m if wrap == "bare" else {"model": m, "epoch": 1})
+    path, reason = refuse(src)
+    assert path == "model.pt" and "nn.Module" in reason, reason

@@ -23,6 +23,8 @@ CASES = {
     "accelerate": ("accelerate", ["config.json", "trainer_state.json", "rng_state_0.pth",
                                   "rng_state_1.pth", "scheduler.pt"]),
     "lightning": ("lightning", ["meta.pt"]),
+    "lightning_ckpt": ("lightning_ckpt", []),
+    "script_rng": ("script_rng", []),
     "zstd": ("zstd", []),
     "llama_fsdp2": ("llama_fsdp2", ["config.json"]),
 }
