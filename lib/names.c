@@ -34,7 +34,9 @@ static void drop_wrappers(const char *src, char *out)
 			    (leading && len == 6 && memcmp(seg, "module", 6) == 0);
 
 		if (!drop) {
-			if (o)
+			/* after the first kept segment, even an empty one:
+			 * ".w" and "..w" keep their leading dots */
+			if (!leading)
 				out[o++] = '.';
 			memcpy(out + o, seg, len);
 			o += len;

@@ -117,8 +117,10 @@ static void link_declared(struct us_statedict *sd, struct us_tensor **v)
 	size_t n = sd->ntensors;
 
 	qsort(v, n, sizeof(*v), cmp_declared);
+	/* Empty tensors have no bytes to share (a DCP one has no chunks at
+	 * all, so any two compare equal): each keeps its own name. */
 	for (size_t i = 1; i < n; i++)
-		if (cmp_declared(&v[i - 1], &v[i]) == 0)
+		if (v[i]->nbytes && cmp_declared(&v[i - 1], &v[i]) == 0)
 			link_pair(sd, v[i - 1], v[i]);
 }
 

@@ -305,3 +305,27 @@ def test_pickled_module_refused(tmp_path, wrap):
     src = _save(tmp_path, m if wrap == "bare" else {"model": m, "epoch": 1})
     path, reason = refuse(src)
     assert path == "model.pt" and "nn.Module" in reason, reason
+
+
+def test_dcp_empty_tensors_and_leading_dots_keep_their_names(tmp_path):
+    """Empty DCP tensors have no chunks, so any two looked like the very same bytes
+    (a declared tie) and all but one name vanished; a name's leading dots were dropped
+    when wrapper segments were removed."""
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import load_file
+    sd = {"lora_A": torch.empty(0, 8), "lora_B": torch.empty(0, 8), "e1": torch.empty(0, 8),
+          "w": torch.arange(32.0).view(4, 8), ".lead": torch.arange(2.0),
+          "..x": torch.arange(3.0), "module..y": torch.arange(4.0)}
+    ckpt = str(tmp_path / "ckpt")
+    dcp.save({"model": sd}, checkpoint_id=ckpt, no_dist=True)
+    want = dict(sd)
+    want[".y"] = want.pop("module..y")  # what DDP's consume_prefix("module.") leaves
+    with mount(ckpt) as mnt:
+        got = {k: v.clone() for k, v in load_file(os.path.join(mnt, "model.safetensors")).items()}
+        links = {n: os.stat(os.path.join(mnt, "tensors", n)).st_nlink
+                 for n in ("lora_A", "lora_B", "e1")}
+        gc.collect()
+    assert sorted(got) == sorted(want)
+    for k, v in want.items():
+        assert got[k].shape == v.shape and tensor_bytes(got[k]) == tensor_bytes(v), k
+    assert links == {"lora_A": 1, "lora_B": 1, "e1": 1}, links

@@ -28,6 +28,10 @@ static void test_wrappers(void)
 	CHECK(same("x._orig_modx.y", NULL, "x._orig_modx.y"));
 	CHECK(same("module", NULL, "module"));
 	CHECK(same("a..b", NULL, "a..b"));
+	CHECK(same(".w", NULL, ".w"));
+	CHECK(same("..w", NULL, "..w"));
+	CHECK(same("module..w", NULL, ".w"));
+	CHECK(same("_orig_mod..w", NULL, ".w"));
 }
 
 static void test_options(void)
