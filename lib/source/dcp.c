@@ -48,6 +48,8 @@ struct dcp {
 	const struct us_pk *planner;
 	const char *strip;      /* the container key to drop, or NULL */
 	bool optim_only;        /* Accelerate's optimizer_0/: no model tensors */
+	bool bare_optim;        /* dcp.save(optimizer state dict) itself: its
+				 * "state" and "param_groups" are top-level */
 	cJSON *optim_tree;      /* non-tensor optimizer state, built up */
 	size_t *json_budget;    /* values left to convert, for the whole source:
 				 * shared references must not multiply the work */
@@ -532,6 +534,8 @@ static const char *optim_name(const struct dcp *d, const char *fqn)
 	const struct us_pk *c = path ? us_pk_at(path, 0) : NULL;
 	const char *dot = strchr(fqn, '.');
 
+	if (d->bare_optim)
+		return fqn; /* no container: already "state.<param>.<slot>" */
 	if (c && c->kind == US_PK_STR && !strncmp(fqn, c->u.str.s, c->u.str.len) &&
 	    fqn[c->u.str.len] == '.')
 		return fqn + c->u.str.len + 1;
@@ -580,13 +584,13 @@ static bool pad_array(cJSON *arr, size_t n, size_t *budget)
 	return true;
 }
 
-/* Put @v at @path[1..] under the tree root (ints index arrays). */
-static bool tree_put(cJSON *root, const struct us_pk *path, cJSON *v,
-		     size_t *budget)
+/* Put @v at @path[@from..] under the tree root (ints index arrays). */
+static bool tree_put(cJSON *root, const struct us_pk *path, size_t from,
+		     cJSON *v, size_t *budget)
 {
 	cJSON *node = root;
 
-	for (size_t i = 1; i < path->u.seq.n; i++) {
+	for (size_t i = from; i < path->u.seq.n; i++) {
 		const struct us_pk *k = path->u.seq.v[i];
 		bool last = i + 1 == path->u.seq.n;
 		bool next_int = !last && path->u.seq.v[i + 1]->kind == US_PK_INT;
@@ -637,8 +641,10 @@ static enum us_status add_optim_value(struct dcp *d, const char *fqn)
 
 	if (!v)
 		return us_err_set(d->err, US_E_NOMEM, d->metapath, "out of memory");
-	if (path && us_pk_is_str(us_pk_at(path, 1), "param_groups") &&
-	    tree_put(d->optim_tree, path, v, d->json_budget))
+	size_t from = d->bare_optim ? 0 : 1; /* past the container key */
+
+	if (path && us_pk_is_str(us_pk_at(path, from), "param_groups") &&
+	    tree_put(d->optim_tree, path, from, v, d->json_budget))
 		return US_OK;
 	scalars = cJSON_GetObjectItemCaseSensitive(d->optim_tree, "scalars");
 	cJSON_AddItemToObject(scalars, optim_name(d, fqn), v);
@@ -666,6 +672,43 @@ static enum us_status read_entry(struct dcp *d, const char *fqn,
 	return add_tensor(d, o, fqn, optim_name(d, fqn), v);
 }
 
+/* The first element of @fqn's flattening path ("state" of ("state",
+ * "w", "exp_avg")), or its first dotted segment without planner_data. */
+static bool top_key_is(const struct dcp *d, const char *fqn, const char *key)
+{
+	const struct us_pk *path = planner_path(d, fqn);
+	size_t n = strlen(key);
+
+	if (path)
+		return us_pk_is_str(us_pk_at(path, 0), key);
+	return !strncmp(fqn, key, n) && fqn[n] == '.';
+}
+
+/*
+ * dcp.save(optimizer_state_dict) with no container around it: every entry
+ * sits under "state" or "param_groups", and both are there.  Without this
+ * the "state" prefix would pass for a model container and the moments for
+ * weights.
+ */
+static bool is_bare_optimizer(const struct dcp *d, const struct us_pk *smd)
+{
+	bool state = false, groups = false;
+
+	for (size_t i = 0; smd->coll && i < smd->coll->keys.n; i++) {
+		const struct us_pk *k = smd->coll->keys.v[i];
+
+		if (k->kind != US_PK_STR)
+			return false;
+		if (top_key_is(d, k->u.str.s, "state"))
+			state = true;
+		else if (top_key_is(d, k->u.str.s, "param_groups"))
+			groups = true;
+		else
+			return false;
+	}
+	return state && groups;
+}
+
 static enum us_status read_tensors(struct dcp *d, const struct us_pk *root)
 {
 	const struct us_pk *smd = attr(root, "state_dict_metadata");
@@ -676,6 +719,8 @@ static enum us_status read_tensors(struct dcp *d, const struct us_pk *root)
 				  "Metadata lacks state_dict_metadata or storage_data");
 	d->planner = attr(root, "planner_data");
 	US_TRY(load_items(d, storage));
+	d->bare_optim = is_bare_optimizer(d, smd);
+	d->optim_only |= d->bare_optim;
 	if (!d->optim_only)
 		US_TRY(choose_strip(d, smd));
 	for (size_t i = 0; smd->coll && i < smd->coll->keys.n; i++) {

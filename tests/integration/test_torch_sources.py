@@ -329,3 +329,32 @@ def test_dcp_empty_tensors_and_leading_dots_keep_their_names(tmp_path):
     for k, v in want.items():
         assert got[k].shape == v.shape and tensor_bytes(got[k]) == tensor_bytes(v), k
     assert links == {"lora_A": 1, "lora_B": 1, "e1": 1}, links
+
+
+def test_dcp_of_a_bare_optimizer_state_dict(tmp_path):
+    """dcp.save(get_optimizer_state_dict(...)) with no container key: "state" is the
+    optimizer's, not a model's container; the moments must not be served as weights."""
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import load_file
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    opt = torch.optim.Adam(m.parameters(), lr=1e-2)
+    m(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    osd = get_optimizer_state_dict(m, opt)
+    ckpt = str(tmp_path / "optim")
+    dcp.save(osd, checkpoint_id=ckpt, no_dist=True)
+    with mount(ckpt) as mnt:
+        model = load_file(os.path.join(mnt, "model.safetensors"))
+        got = {k: v.clone() for k, v in load_file(os.path.join(mnt, "optimizer.safetensors")).items()}
+        with open(os.path.join(mnt, "optimizer.json")) as f:
+            groups = json.load(f)["param_groups"]
+        gc.collect()
+    assert model == {}
+    want = {f"state.{p}.{s}": v for p, slots in osd["state"].items() for s, v in slots.items()}
+    assert sorted(got) == sorted(want)
+    for k, v in want.items():
+        assert tensor_bytes(got[k]) == tensor_bytes(v), k
+    assert groups[0]["params"] == osd["param_groups"][0]["params"]
+    assert groups[0]["lr"] == 1e-2
