@@ -19,6 +19,7 @@
 #include "../io.h"
 #include "../path.h"
 #include "index.h"
+#include "st_dcp.h"
 
 #define ST_MAX_HEADER 100000000ull
 #define ST_SUFFIX ".safetensors"
@@ -96,6 +97,8 @@ static enum us_status st_read_metadata(struct us_statedict *sd,
 		return us_err_set(err, US_E_FORMAT, path,
 				  "__metadata__ is not an object");
 	for (const cJSON *c = md->child; c; c = c->next) {
+		if (!strcmp(c->string, US_ST_DCP_KEY))
+			continue; /* chunk placement, not a tie (st_dcp.h) */
 		if (!cJSON_IsString(c))
 			return us_err_set(err, US_E_FORMAT, path,
 					  "__metadata__ value '%s' is not a "
@@ -209,11 +212,40 @@ static enum us_status st_add_entries(struct us_statedict *sd, uint32_t file,
 	return US_OK;
 }
 
-static enum us_status st_read_one(struct us_statedict *sd, int dirfd,
-				  const char *relpath, struct us_err *err)
+/*
+ * The entries of a file that carries DCP_SHARDING_INFO: chunks for
+ * @pieces when the directory's files are being merged; otherwise (an
+ * index, or the file alone) each must be a whole tensor, at offset 0.
+ */
+static enum us_status st_add_chunks(struct us_statedict *sd, uint32_t file,
+				    const struct st_entry *v, size_t n,
+				    uint64_t data_start, const cJSON *info,
+				    struct us_st_pieces *pieces,
+				    struct us_err *err)
+{
+	const char *path = sd->files[file].relpath;
+	struct us_st_pieces *one = pieces ? NULL : us_st_pieces_new();
+	enum us_status rc = US_OK;
+
+	if (!pieces && !one)
+		return us_err_set(err, US_E_NOMEM, path, "out of memory");
+	for (size_t i = 0; rc == US_OK && i < n; i++)
+		rc = us_st_pieces_add(pieces ? pieces : one, info, v[i].name,
+				      v[i].dtype, v[i].ndim, v[i].shape, file,
+				      data_start + v[i].begin, path, err);
+	if (rc == US_OK && one)
+		rc = us_st_pieces_commit(one, sd, err);
+	us_st_pieces_free(one);
+	return rc;
+}
+
+static enum us_status st_read_file(struct us_statedict *sd, int dirfd,
+				   const char *relpath,
+				   struct us_st_pieces *pieces,
+				   struct us_err *err)
 {
 	struct st_entry *v = NULL;
-	cJSON *root = NULL;
+	cJSON *root = NULL, *info = NULL;
 	uint64_t data_start = 0;
 	size_t n = 0;
 	uint32_t file;
@@ -229,21 +261,33 @@ static enum us_status st_read_one(struct us_statedict *sd, int dirfd,
 		goto out;
 	}
 	for (const cJSON *c = root->child; c; c = c->next) {
-		if (strcmp(c->string, "__metadata__") == 0)
+		if (strcmp(c->string, "__metadata__") == 0) {
 			rc = st_read_metadata(sd, c, relpath, err);
-		else
+			if (rc == US_OK)
+				rc = us_st_sharding_info(c, &info, relpath, err);
+		} else {
 			rc = st_parse_entry(c, &v[n++], relpath, err);
+		}
 		if (rc != US_OK)
 			goto out;
 	}
 	rc = st_check_spans(v, n, (uint64_t)sd->files[file].size - data_start,
 			    relpath, err);
-	if (rc == US_OK)
+	if (rc == US_OK && info)
+		rc = st_add_chunks(sd, file, v, n, data_start, info, pieces, err);
+	else if (rc == US_OK)
 		rc = st_add_entries(sd, file, v, n, data_start, err);
 out:
 	free(v);
+	cJSON_Delete(info);
 	cJSON_Delete(root);
 	return rc;
+}
+
+static enum us_status st_read_one(struct us_statedict *sd, int dirfd,
+				  const char *relpath, struct us_err *err)
+{
+	return st_read_file(sd, dirfd, relpath, NULL, err);
 }
 
 /* ---- directory ----------------------------------------------------------- */
@@ -251,6 +295,7 @@ out:
 static enum us_status st_read_dir(struct us_statedict *sd, int dirfd,
 				  struct us_err *err)
 {
+	struct us_st_pieces *pieces;
 	const char *index;
 	char **names;
 	size_t n;
@@ -265,15 +310,23 @@ static enum us_status st_read_dir(struct us_statedict *sd, int dirfd,
 		rc = us_index_read(sd, dirfd, index, st_read_one, err);
 		goto out;
 	}
+	/* Without an index the files may be one DCP save's per-rank shards,
+	 * whose chunks of a name make one tensor (st_dcp.h). */
+	pieces = us_st_pieces_new();
+	if (!pieces)
+		rc = us_err_set(err, US_E_NOMEM, ".", "out of memory");
 	for (size_t i = 0; rc == US_OK && i < n; i++) {
 		if (!us_path_has_suffix(names[i], ST_SUFFIX))
 			continue;
-		rc = st_read_one(sd, dirfd, names[i], err);
+		rc = st_read_file(sd, dirfd, names[i], pieces, err);
 		any = true;
 	}
 	if (rc == US_OK && !any)
 		rc = us_err_set(err, US_E_FORMAT, ".",
 				"no *.safetensors file in the directory");
+	if (rc == US_OK)
+		rc = us_st_pieces_commit(pieces, sd, err);
+	us_st_pieces_free(pieces);
 out:
 	us_dirlist_free(names, n);
 	return rc;

@@ -16,6 +16,7 @@ CASES = {
     "fsdp2_3rank": ("fsdp2_3rank", []),
     "fsdp1_sharded": ("fsdp1_sharded", []),
     "dtensor_2d": ("dtensor_2d", []),
+    "dcp_hf": ("dcp_hf", []),
     "ddp_compile": ("ddp_compile.pt", []),
     "ddp_named_params": ("ddp_named_params.pt", []),
     "bin_sharded": ("bin_sharded", ["config.json", "generation_config.json"]),

@@ -1,0 +1,199 @@
+/*
+ * st_dcp.c - DCP's per-rank safetensors shards: gather each tensor's chunks
+ * from the files' DCP_SHARDING_INFO, then add one tensor per name (st_dcp.h).
+ */
+#include "st_dcp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../arena.h"
+
+struct piece {
+	const char *name;     /* in the arena */
+	enum us_dtype dtype;
+	uint32_t ndim;
+	uint64_t shape[US_MAX_NDIM];
+	uint64_t offsets[US_MAX_NDIM];
+	uint32_t file;
+	uint64_t data_off;
+	const char *path;     /* in the arena */
+	size_t seq;           /* arrival order: chunks stay in file order */
+};
+
+struct us_st_pieces {
+	struct us_arena arena;
+	struct piece *v;
+	size_t n, cap;
+};
+
+struct us_st_pieces *us_st_pieces_new(void)
+{
+	struct us_st_pieces *p = calloc(1, sizeof(*p));
+
+	if (p)
+		us_arena_init(&p->arena);
+	return p;
+}
+
+void us_st_pieces_free(struct us_st_pieces *p)
+{
+	if (!p)
+		return;
+	us_arena_free(&p->arena);
+	free(p->v);
+	free(p);
+}
+
+enum us_status us_st_sharding_info(const cJSON *md, cJSON **out,
+				   const char *path, struct us_err *err)
+{
+	const cJSON *s = cJSON_GetObjectItemCaseSensitive(md, US_ST_DCP_KEY);
+	const char *why = NULL;
+
+	*out = NULL;
+	if (!s)
+		return US_OK;
+	if (!cJSON_IsString(s))
+		return us_err_set(err, US_E_FORMAT, path,
+				  US_ST_DCP_KEY " is not a string");
+	*out = us_json_parse(s->valuestring, strlen(s->valuestring), &why);
+	if (!*out)
+		return us_err_set(err, US_E_FORMAT, path, US_ST_DCP_KEY " %s", why);
+	if (!cJSON_IsObject(*out)) {
+		cJSON_Delete(*out);
+		*out = NULL;
+		return us_err_set(err, US_E_FORMAT, path,
+				  US_ST_DCP_KEY " is not a JSON object");
+	}
+	return US_OK;
+}
+
+/* @name's "saved_offsets" in @info: @ndim non-negative integers. */
+static enum us_status saved_offsets(const cJSON *info, const char *name,
+				    uint32_t ndim, uint64_t *off,
+				    const char *path, struct us_err *err)
+{
+	const cJSON *e = cJSON_GetObjectItemCaseSensitive(info, name);
+	const cJSON *o = cJSON_GetObjectItemCaseSensitive(e, "saved_offsets");
+
+	if (!cJSON_IsArray(o) || cJSON_GetArraySize(o) != (int)ndim)
+		return us_err_set(err, US_E_FORMAT, path,
+				  "tensor '%s': " US_ST_DCP_KEY " has no "
+				  "saved_offsets of %u dimensions for it", name,
+				  ndim);
+	for (uint32_t k = 0; k < ndim; k++)
+		if (!us_json_u64(cJSON_GetArrayItem(o, (int)k), &off[k]))
+			return us_err_set(err, US_E_FORMAT, path,
+					  "tensor '%s': saved_offsets are not "
+					  "non-negative integers", name);
+	return US_OK;
+}
+
+enum us_status us_st_pieces_add(struct us_st_pieces *p, const cJSON *info,
+				const char *name, enum us_dtype dtype,
+				uint32_t ndim, const uint64_t *shape,
+				uint32_t file, uint64_t data_off,
+				const char *path, struct us_err *err)
+{
+	struct piece *x;
+
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? 2 * p->cap : 64;
+		struct piece *v = realloc(p->v, cap * sizeof(*v));
+
+		if (!v)
+			return us_err_set(err, US_E_NOMEM, path, "out of memory");
+		p->v = v;
+		p->cap = cap;
+	}
+	x = &p->v[p->n];
+	memset(x, 0, sizeof(*x));
+	US_TRY(saved_offsets(info, name, ndim, x->offsets, path, err));
+	x->name = us_arena_strdup(&p->arena, name);
+	x->path = us_arena_strdup(&p->arena, path);
+	if (!x->name || !x->path)
+		return us_err_set(err, US_E_NOMEM, path, "out of memory");
+	x->dtype = dtype;
+	x->ndim = ndim;
+	memcpy(x->shape, shape, ndim * sizeof(*shape));
+	x->file = file;
+	x->data_off = data_off;
+	x->seq = p->n++;
+	return US_OK;
+}
+
+static int cmp_piece(const void *a, const void *b)
+{
+	const struct piece *x = a, *y = b;
+	int c = strcmp(x->name, y->name);
+
+	return c ? c : (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+/* The whole tensor's shape: per dimension, the largest offset + size. */
+static enum us_status whole_shape(const struct piece *v, size_t n,
+				  uint64_t *shape, struct us_err *err)
+{
+	memset(shape, 0, US_MAX_NDIM * sizeof(*shape));
+	for (size_t i = 0; i < n; i++) {
+		if (v[i].dtype != v[0].dtype || v[i].ndim != v[0].ndim)
+			return us_err_set(err, US_E_FORMAT, v[i].path,
+					  "tensor '%s': its chunk here is %s with "
+					  "%u dimensions, in %s %s with %u",
+					  v[i].name, us_dtype_name(v[i].dtype),
+					  v[i].ndim, v[0].path,
+					  us_dtype_name(v[0].dtype), v[0].ndim);
+		for (uint32_t k = 0; k < v[i].ndim; k++) {
+			uint64_t end;
+
+			if (__builtin_add_overflow(v[i].offsets[k], v[i].shape[k], &end))
+				return us_err_set(err, US_E_FORMAT, v[i].path,
+						  "tensor '%s': saved_offsets "
+						  "overflow", v[i].name);
+			if (end > shape[k])
+				shape[k] = end;
+		}
+	}
+	return US_OK;
+}
+
+/* One tensor from the @n chunks of one name. */
+static enum us_status commit_one(struct us_statedict *sd,
+				 const struct piece *v, size_t n,
+				 struct us_err *err)
+{
+	uint64_t shape[US_MAX_NDIM];
+	struct us_tensor *t;
+
+	if (n > UINT32_MAX)
+		return us_err_set(err, US_E_UNSUPPORTED, v[0].path,
+				  "tensor '%s': too many chunks", v[0].name);
+	US_TRY(whole_shape(v, n, shape, err));
+	t = us_sd_add_tensor(sd, v[0].name, v[0].dtype, v[0].ndim, shape,
+			     (uint32_t)n, v[0].path, err);
+	if (!t)
+		return err ? err->status : US_E_NOMEM;
+	for (size_t i = 0; i < n; i++) {
+		struct us_chunk *c = &t->chunks[i];
+
+		memcpy((uint64_t *)c->offsets, v[i].offsets, v[i].ndim * sizeof(uint64_t));
+		memcpy((uint64_t *)c->sizes, v[i].shape, v[i].ndim * sizeof(uint64_t));
+		c->src.file = v[i].file;
+		c->src.offset = v[i].data_off;
+	}
+	return US_OK;
+}
+
+enum us_status us_st_pieces_commit(struct us_st_pieces *p,
+				   struct us_statedict *sd, struct us_err *err)
+{
+	if (p->n > 1)
+		qsort(p->v, p->n, sizeof(*p->v), cmp_piece);
+	for (size_t i = 0, j; i < p->n; i = j) {
+		for (j = i + 1; j < p->n && !strcmp(p->v[j].name, p->v[i].name); j++)
+			;
+		US_TRY(commit_one(sd, p->v + i, j - i, err));
+	}
+	return US_OK;
+}
