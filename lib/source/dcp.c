@@ -630,8 +630,10 @@ static void unwrap_params(cJSON *groups, const struct us_names_opts *o)
 {
 	cJSON *g;
 
-	cJSON_ArrayForEach(g, groups)
+	cJSON_ArrayForEach(g, groups) {
 		us_unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "params"), o);
+		us_unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "param_names"), o);
+	}
 }
 
 static enum us_status add_optim_value(struct dcp *d, const char *fqn)
@@ -775,6 +777,69 @@ static enum us_status read_dcp_dir(struct us_statedict *sd, int dirfd,
 }
 
 /* The optimizer's non-tensor state as optimizer.json, if there is any. */
+/* The name of parameter @id: groups' "params" and "param_names" side by
+ * side (torch >= 2.6, an optimizer built from named_parameters()). */
+static const char *param_name_of(const cJSON *groups, long long id)
+{
+	const cJSON *g;
+
+	cJSON_ArrayForEach(g, groups) {
+		const cJSON *ids = cJSON_GetObjectItemCaseSensitive(g, "params");
+		const cJSON *names = cJSON_GetObjectItemCaseSensitive(g, "param_names");
+
+		for (int i = 0; i < cJSON_GetArraySize(ids); i++) {
+			const cJSON *x = cJSON_GetArrayItem(ids, i);
+			const cJSON *n = cJSON_GetArrayItem(names, i);
+
+			if (cJSON_IsNumber(x) && x->valuedouble == (double)id &&
+			    cJSON_IsString(n))
+				return n->valuestring;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * A plain optimizer.state_dict() saved through DCP keys its state by
+ * position: "state.<id>.<slot>".  Where param_names say which parameter an
+ * id is, the tensors and "params" get the names instead, as the torch.save
+ * reader gives them (torch.c); unwrapping follows (source.c).
+ */
+static enum us_status name_optim_ids(struct us_statedict *o, cJSON *groups)
+{
+	for (size_t i = 0; o && i < o->ntensors; i++) {
+		struct us_tensor *t = &o->tensors[i];
+		char *end, *name;
+		long long id;
+		const char *pn;
+
+		if (strncmp(t->name, "state.", 6) != 0)
+			continue;
+		id = strtoll(t->name + 6, &end, 10);
+		if (end == t->name + 6 || *end != '.' || !(pn = param_name_of(groups, id)))
+			continue;
+		if (asprintf(&name, "state.%s%s", pn, end) < 0)
+			return US_E_NOMEM;
+		t->name = t->source_name = us_arena_strdup(&o->arena, name);
+		free(name);
+		if (!t->name)
+			return US_E_NOMEM;
+	}
+	for (cJSON *g = groups ? groups->child : NULL; g; g = g->next) {
+		cJSON *ids = cJSON_GetObjectItemCaseSensitive(g, "params");
+
+		for (int i = 0; i < cJSON_GetArraySize(ids); i++) {
+			const cJSON *x = cJSON_GetArrayItem(ids, i);
+			const char *pn = cJSON_IsNumber(x) ?
+				param_name_of(groups, (long long)x->valuedouble) : NULL;
+
+			if (pn && !cJSON_ReplaceItemInArray(ids, i, cJSON_CreateString(pn)))
+				return US_E_NOMEM;
+		}
+	}
+	return US_OK;
+}
+
 static enum us_status finish_optim_json(struct us_statedict *sd, cJSON *tree,
 					const struct us_names_opts *names)
 {
@@ -782,6 +847,8 @@ static enum us_status finish_optim_json(struct us_statedict *sd, cJSON *tree,
 
 	if (!groups && !cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(tree, "scalars")))
 		return US_OK;
+	if (name_optim_ids(sd->optim, groups) != US_OK)
+		return US_E_NOMEM;
 	unwrap_params(groups, names);
 	sd->optim_json = cJSON_Print(tree);
 	return sd->optim_json ? US_OK : US_E_NOMEM;

@@ -358,3 +358,30 @@ def test_dcp_of_a_bare_optimizer_state_dict(tmp_path):
         assert tensor_bytes(got[k]) == tensor_bytes(v), k
     assert groups[0]["params"] == osd["param_groups"][0]["params"]
     assert groups[0]["lr"] == 1e-2
+
+
+def test_dcp_of_a_plain_optimizer_state_dict_uses_param_names(tmp_path):
+    """opt.state_dict() saved through DCP keys its state by position; built from
+    named_parameters() (torch >= 2.6) it carries param_names, which name the tensors and
+    "params" as for a torch.save checkpoint."""
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import load_file
+    torch.manual_seed(1)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+    opt = torch.optim.Adam(m.named_parameters(), lr=1e-2)
+    m(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    osd = opt.state_dict()
+    names = osd["param_groups"][0]["param_names"]
+    ckpt = str(tmp_path / "ckpt")
+    dcp.save({"model": m.state_dict(), "optim": osd}, checkpoint_id=ckpt, no_dist=True)
+    with mount(ckpt) as mnt:
+        got = {k: v.clone() for k, v in load_file(os.path.join(mnt, "optimizer.safetensors")).items()}
+        with open(os.path.join(mnt, "optimizer.json")) as f:
+            groups = json.load(f)["param_groups"]
+        gc.collect()
+    want = {f"state.{names[i]}.{s}": v for i, slots in osd["state"].items() for s, v in slots.items()}
+    assert sorted(got) == sorted(want)
+    for k, v in want.items():
+        assert tensor_bytes(got[k]) == tensor_bytes(v), k
+    assert groups[0]["params"] == names and groups[0]["param_names"] == names
