@@ -113,6 +113,19 @@ bool us_json_u64(const cJSON *item, uint64_t *out)
 	return true;
 }
 
+bool us_json_i64(const cJSON *item, int64_t *out)
+{
+	double v;
+
+	if (!cJSON_IsNumber(item))
+		return false;
+	v = item->valuedouble;
+	if (!(v >= -JSON_MAX_EXACT && v <= JSON_MAX_EXACT) || floor(v) != v)
+		return false;
+	*out = (int64_t)v;
+	return true;
+}
+
 bool us_utf8_valid(const unsigned char *s, size_t len)
 {
 	size_t i = 0;

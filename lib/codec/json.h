@@ -25,6 +25,9 @@ cJSON *us_json_parse(const char *text, size_t len, const char **why);
 /* us_json_u64 - the exact non-negative integer value of @item. */
 bool us_json_u64(const cJSON *item, uint64_t *out);
 
+/* us_json_i64 - the exact integer value of @item, within +-2^53. */
+bool us_json_i64(const cJSON *item, int64_t *out);
+
 /* us_utf8_valid - true when @len bytes at @s are well-formed UTF-8. */
 bool us_utf8_valid(const unsigned char *s, size_t len);
 

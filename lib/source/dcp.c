@@ -24,7 +24,9 @@
 #include "../codec/pk2json.h"
 #include "../io.h"
 #include "../path.h"
+#include "../codec/json.h"
 #include "dcp_zstd.h"
+#include "idnames.h"
 #include "torchpkl.h"
 
 #define MAX_METADATA (1ull << 30)
@@ -777,67 +779,84 @@ static enum us_status read_dcp_dir(struct us_statedict *sd, int dirfd,
 }
 
 /* The optimizer's non-tensor state as optimizer.json, if there is any. */
-/* The name of parameter @id: groups' "params" and "param_names" side by
- * side (torch >= 2.6, an optimizer built from named_parameters()). */
-static const char *param_name_of(const cJSON *groups, long long id)
+/* The groups' "params" and "param_names" side by side (torch >= 2.6, an
+ * optimizer built from named_parameters()), as a table (idnames.h). */
+static int param_table(const cJSON *groups, struct us_idnames *t)
 {
 	const cJSON *g;
 
 	cJSON_ArrayForEach(g, groups) {
 		const cJSON *ids = cJSON_GetObjectItemCaseSensitive(g, "params");
 		const cJSON *names = cJSON_GetObjectItemCaseSensitive(g, "param_names");
+		const cJSON *x = cJSON_IsArray(ids) ? ids->child : NULL;
+		const cJSON *n = cJSON_IsArray(names) ? names->child : NULL;
 
-		for (int i = 0; i < cJSON_GetArraySize(ids); i++) {
-			const cJSON *x = cJSON_GetArrayItem(ids, i);
-			const cJSON *n = cJSON_GetArrayItem(names, i);
+		for (; x && n; x = x->next, n = n->next) {
+			int64_t id;
 
-			if (cJSON_IsNumber(x) && x->valuedouble == (double)id &&
-			    cJSON_IsString(n))
-				return n->valuestring;
+			if (us_json_i64(x, &id) && cJSON_IsString(n) &&
+			    us_idnames_add(t, id, n->valuestring) < 0)
+				return -1;
 		}
 	}
-	return NULL;
+	us_idnames_sort(t);
+	return 0;
+}
+
+/* "state.<id>.<slot>" -> "state.<name>.<slot>" where @t names the id. */
+static enum us_status rename_state(struct us_statedict *o, struct us_tensor *t,
+				   const struct us_idnames *ids)
+{
+	char *end, *name;
+	const char *pn;
+	long long id;
+
+	if (strncmp(t->name, "state.", 6) != 0)
+		return US_OK;
+	id = strtoll(t->name + 6, &end, 10);
+	if (end == t->name + 6 || *end != '.' || !(pn = us_idnames_get(ids, id)))
+		return US_OK;
+	if (asprintf(&name, "state.%s%s", pn, end) < 0)
+		return US_E_NOMEM;
+	t->name = t->source_name = us_arena_strdup(&o->arena, name);
+	free(name);
+	return t->name ? US_OK : US_E_NOMEM;
 }
 
 /*
  * A plain optimizer.state_dict() saved through DCP keys its state by
  * position: "state.<id>.<slot>".  Where param_names say which parameter an
  * id is, the tensors and "params" get the names instead, as the torch.save
- * reader gives them (torch.c); unwrapping follows (source.c).
+ * reader gives them (torch.c); unwrapping follows (source.c).  Lists are
+ * walked by pointer: indexing a cJSON array is linear.
  */
 static enum us_status name_optim_ids(struct us_statedict *o, cJSON *groups)
 {
-	for (size_t i = 0; o && i < o->ntensors; i++) {
-		struct us_tensor *t = &o->tensors[i];
-		char *end, *name;
-		long long id;
-		const char *pn;
+	struct us_idnames ids = { 0 };
+	enum us_status rc = param_table(groups, &ids) < 0 ? US_E_NOMEM : US_OK;
+	cJSON *g;
 
-		if (strncmp(t->name, "state.", 6) != 0)
-			continue;
-		id = strtoll(t->name + 6, &end, 10);
-		if (end == t->name + 6 || *end != '.' || !(pn = param_name_of(groups, id)))
-			continue;
-		if (asprintf(&name, "state.%s%s", pn, end) < 0)
-			return US_E_NOMEM;
-		t->name = t->source_name = us_arena_strdup(&o->arena, name);
-		free(name);
-		if (!t->name)
-			return US_E_NOMEM;
-	}
-	for (cJSON *g = groups ? groups->child : NULL; g; g = g->next) {
-		cJSON *ids = cJSON_GetObjectItemCaseSensitive(g, "params");
+	for (size_t i = 0; o && rc == US_OK && i < o->ntensors; i++)
+		rc = rename_state(o, &o->tensors[i], &ids);
+	if (rc != US_OK)
+		groups = NULL;
+	cJSON_ArrayForEach(g, groups) {
+		cJSON *list = cJSON_GetObjectItemCaseSensitive(g, "params");
+		cJSON *x = cJSON_IsArray(list) ? list->child : NULL, *next, *s;
 
-		for (int i = 0; i < cJSON_GetArraySize(ids); i++) {
-			const cJSON *x = cJSON_GetArrayItem(ids, i);
-			const char *pn = cJSON_IsNumber(x) ?
-				param_name_of(groups, (long long)x->valuedouble) : NULL;
+		for (; x; x = next) {
+			int64_t id;
+			const char *pn;
 
-			if (pn && !cJSON_ReplaceItemInArray(ids, i, cJSON_CreateString(pn)))
-				return US_E_NOMEM;
+			next = x->next;
+			pn = us_json_i64(x, &id) ? us_idnames_get(&ids, id) : NULL;
+			if (pn && (s = cJSON_CreateString(pn)) &&
+			    !cJSON_ReplaceItemViaPointer(list, x, s))
+				cJSON_Delete(s);
 		}
 	}
-	return US_OK;
+	us_idnames_free(&ids);
+	return rc;
 }
 
 static enum us_status finish_optim_json(struct us_statedict *sd, cJSON *tree,

@@ -20,6 +20,8 @@
 #include "../codec/pk2json.h"
 #include "../io.h"
 #include "../path.h"
+#include "../codec/json.h"
+#include "idnames.h"
 #include "index.h"
 #include "torchpkl.h"
 
@@ -289,8 +291,8 @@ static const struct us_pk *find_optimizer(const struct us_pk *root)
 	return NULL;
 }
 
-/* The name of parameter @id from the groups' params/param_names, or NULL. */
-static const char *param_name(const struct us_pk *groups, int64_t id)
+/* The groups' params/param_names pairs as a table (idnames.h). */
+static int param_table(const struct us_pk *groups, struct us_idnames *t)
 {
 	for (size_t g = 0; g < us_pk_len(groups); g++) {
 		const struct us_pk *grp = us_pk_at(groups, g);
@@ -300,11 +302,13 @@ static const char *param_name(const struct us_pk *groups, int64_t id)
 		for (size_t i = 0; i < us_pk_len(ids) && i < us_pk_len(names); i++) {
 			const struct us_pk *x = us_pk_at(ids, i), *n = us_pk_at(names, i);
 
-			if (x->kind == US_PK_INT && x->u.i == id && n->kind == US_PK_STR)
-				return n->u.str.s;
+			if (x->kind == US_PK_INT && n->kind == US_PK_STR &&
+			    us_idnames_add(t, x->u.i, n->u.str.s) < 0)
+				return -1;
 		}
 	}
-	return NULL;
+	us_idnames_sort(t);
+	return 0;
 }
 
 static enum us_status optim_slot(struct walk *w, cJSON *scalars,
@@ -326,15 +330,21 @@ static enum us_status optim_slot(struct walk *w, cJSON *scalars,
 				  w->sd->files[w->file].relpath, "'%s': %s",
 				  name, why);
 	if (m > 0)
-		return add_tensor(w, name, &tt);
-	cJSON_AddItemToObject(scalars, name + 6,
+		return add_tensor(w, name, &tt); /* unwrapped later (source.c) */
+	/* A scalar's key is final here: "<unwrapped param>.<slot>". */
+	us_unwrap_name(pname, w->sd->names, name);
+	if (strlen(name) + strlen(slot->u.str.s) + 2 > sizeof(name))
+		return US_OK;
+	strcat(strcat(name, "."), slot->u.str.s);
+	cJSON_AddItemToObject(scalars, name,
 			      us_pk_to_json_budget(v, &w->json_budget));
 	return US_OK;
 }
 
 /* Unwrap every name in the groups' "params" (after id -> name) and
- * "param_names" lists. */
-static void name_groups(cJSON *groups, const struct us_pk *pk_groups,
+ * "param_names" lists.  The lists are walked by pointer: indexing a cJSON
+ * array is linear, and 10^5 parameters made that 10^10 steps. */
+static void name_groups(cJSON *groups, const struct us_idnames *t,
 			const struct us_names_opts *o)
 {
 	cJSON *g;
@@ -342,17 +352,20 @@ static void name_groups(cJSON *groups, const struct us_pk *pk_groups,
 
 	cJSON_ArrayForEach(g, groups) {
 		cJSON *ids = cJSON_GetObjectItemCaseSensitive(g, "params");
+		cJSON *id = cJSON_IsArray(ids) ? ids->child : NULL, *next, *s;
 
-		/* By index: replacing an item frees it, so no ForEach here. */
-		for (int i = 0; i < cJSON_GetArraySize(ids); i++) {
-			const cJSON *id = cJSON_GetArrayItem(ids, i);
-			const char *n = cJSON_IsNumber(id) ?
-				param_name(pk_groups, (int64_t)id->valuedouble) : NULL;
+		for (; id; id = next) {
+			int64_t k;
+			const char *n;
 
-			if (n && strlen(n) < sizeof(buf)) {
-				us_unwrap_name(n, o, buf);
-				cJSON_ReplaceItemInArray(ids, i, cJSON_CreateString(buf));
-			}
+			next = id->next;
+			n = us_json_i64(id, &k) ? us_idnames_get(t, k) : NULL;
+			if (!n || strlen(n) >= sizeof(buf))
+				continue;
+			us_unwrap_name(n, o, buf);
+			if ((s = cJSON_CreateString(buf)) &&
+			    !cJSON_ReplaceItemViaPointer(ids, id, s))
+				cJSON_Delete(s);
 		}
 		us_unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "param_names"), o);
 	}
@@ -361,6 +374,7 @@ static void name_groups(cJSON *groups, const struct us_pk *pk_groups,
 static enum us_status read_optimizer(struct walk *w, const struct us_pk *root)
 {
 	const struct us_pk *opt = find_optimizer(root), *state, *groups;
+	struct us_idnames ids = { 0 };
 	cJSON *tree, *scalars, *jgroups;
 	enum us_status rc = US_OK;
 
@@ -377,12 +391,14 @@ static enum us_status read_optimizer(struct walk *w, const struct us_pk *root)
 		cJSON_Delete(tree);
 		return us_err_set(w->err, US_E_NOMEM, ".", "out of memory");
 	}
-	name_groups(jgroups, groups, w->sd->names);
+	if (param_table(groups, &ids) < 0)
+		rc = us_err_set(w->err, US_E_NOMEM, ".", "out of memory");
+	name_groups(jgroups, &ids, w->sd->names);
 	for (size_t i = 0; us_pk_is_dictlike(state) && rc == US_OK &&
 			   i < state->coll->keys.n; i++) {
 		const struct us_pk *id = state->coll->keys.v[i];
 		const struct us_pk *slots = state->coll->vals.v[i];
-		const char *pname = id->kind == US_PK_INT ? param_name(groups, id->u.i) : NULL;
+		const char *pname = id->kind == US_PK_INT ? us_idnames_get(&ids, id->u.i) : NULL;
 
 		for (size_t j = 0; pname && us_pk_is_dictlike(slots) && rc == US_OK &&
 				   j < slots->coll->keys.n; j++)
@@ -391,6 +407,7 @@ static enum us_status read_optimizer(struct walk *w, const struct us_pk *root)
 	}
 	if (rc == US_OK && !(w->sd->optim_json = cJSON_Print(tree)))
 		rc = us_err_set(w->err, US_E_NOMEM, ".", "out of memory");
+	us_idnames_free(&ids);
 	cJSON_Delete(tree);
 	w->dst = w->sd;
 	return rc;

@@ -1,0 +1,57 @@
+/* idnames.c - a sorted table of parameter ids to names (idnames.h). */
+#include "idnames.h"
+
+#include <stdlib.h>
+
+int us_idnames_add(struct us_idnames *t, int64_t id, const char *name)
+{
+	if (t->n == t->cap) {
+		size_t cap = t->cap ? 2 * t->cap : 16;
+		struct us_idname *v = realloc(t->v, cap * sizeof(*v));
+
+		if (!v)
+			return -1;
+		t->v = v;
+		t->cap = cap;
+	}
+	t->v[t->n] = (struct us_idname){ .id = id, .seq = t->n, .name = name };
+	t->n++;
+	return 0;
+}
+
+static int cmp_idname(const void *a, const void *b)
+{
+	const struct us_idname *x = a, *y = b;
+
+	if (x->id != y->id)
+		return x->id < y->id ? -1 : 1;
+	return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+void us_idnames_sort(struct us_idnames *t)
+{
+	if (t->n > 1)
+		qsort(t->v, t->n, sizeof(*t->v), cmp_idname);
+}
+
+const char *us_idnames_get(const struct us_idnames *t, int64_t id)
+{
+	size_t lo = 0, hi = t->n;
+
+	while (lo < hi) { /* the first entry with v[i].id >= id */
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (t->v[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < t->n && t->v[lo].id == id ? t->v[lo].name : NULL;
+}
+
+void us_idnames_free(struct us_idnames *t)
+{
+	free(t->v);
+	t->v = NULL;
+	t->n = t->cap = 0;
+}
