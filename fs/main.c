@@ -294,12 +294,14 @@ static int check_device(const char *device)
 static void add_mount_opts(struct fuse_args *args, const struct us_opts *o)
 {
 	char opt[4096];
-	const char *src = o->source;
+	char *abs = realpath(o->source, NULL); /* not as typed: cwd-free */
+	const char *src = abs ? abs : o->source;
 
 	if (strpbrk(src, ", \t\n\\") || strlen(src) > 3000)
 		src = "unshardfs";
 	snprintf(opt, sizeof(opt), "ro,default_permissions,subtype=unshardfs,"
 		 "max_read=%u,fsname=%s", us_max_read(), src);
+	free(abs);
 	fuse_opt_add_arg(args, "-o");
 	fuse_opt_add_arg(args, opt);
 	for (size_t i = 0; i < o->nfuse_opts; i++) {
@@ -326,7 +328,9 @@ static int serve(const struct us_opts *o, struct mount_state *m)
 		goto out_args;
 	if (fuse_set_signal_handlers(se) != 0)
 		goto out_session;
-	if (fuse_session_mount(se, o->mountpoint) != 0) {
+	/* The absolute path: libfuse unmounts by this path at exit, after the
+	 * daemon has changed directory. */
+	if (fuse_session_mount(se, absmnt ? absmnt : o->mountpoint) != 0) {
 		fprintf(stderr, "unshardfs: %s: cannot mount (busy, or no "
 			"permission to use /dev/fuse?)\n", o->mountpoint);
 		goto out_signals;

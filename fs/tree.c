@@ -26,6 +26,12 @@ struct builder {
 	size_t n, cap;
 };
 
+static bool newer(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec > b->tv_sec ||
+	       (a->tv_sec == b->tv_sec && a->tv_nsec > b->tv_nsec);
+}
+
 static struct us_node *tree_add(struct us_tree *t, enum us_node_kind kind,
 				const struct stat *like, uint64_t size)
 {
@@ -294,6 +300,29 @@ static int tree_reserve(struct builder *b, size_t nviews,
 	return 0;
 }
 
+/*
+ * The views' template: SOURCE's stat, made as new as the newest of @sd's
+ * files (an in-place rewrite of a shard changes its mtime, not the
+ * directory's, and rsync or cp -u must see the view change), with the
+ * read bits every source file grants (a view shows bytes of all of them).
+ */
+void us_tree_derive_stat(const struct us_statedict *sd, struct stat *st,
+			 mode_t *view_perm)
+{
+	*view_perm = 0444;
+	for (size_t i = 0; sd && i < sd->nfiles; i++) {
+		struct stat f;
+
+		if (fstat(sd->files[i].fd, &f) < 0)
+			continue;
+		*view_perm &= f.st_mode;
+		if (newer(&f.st_mtim, &st->st_mtim))
+			st->st_mtim = f.st_mtim;
+		if (newer(&f.st_ctim, &st->st_ctim))
+			st->st_ctim = f.st_ctim;
+	}
+}
+
 int us_tree_build(struct us_tree *t, struct us_view *const *views,
 		  size_t nviews, const struct us_statedict *sd,
 		  const struct us_view *raw, const struct us_pt_list *pt,
@@ -306,6 +335,7 @@ int us_tree_build(struct us_tree *t, struct us_view *const *views,
 	memset(t, 0, sizeof(*t));
 	t->srcfd = srcfd;
 	t->root_st = *root_st;
+	us_tree_derive_stat(sd, &t->root_st, &t->view_perm);
 	if (tree_reserve(&b, nviews, tensors ? sd : NULL, pt) < 0 ||
 	    !tree_add(t, US_NODE_DIR, NULL, 0))
 		goto out;
@@ -373,12 +403,14 @@ void us_tree_stat(const struct us_tree *t, fuse_ino_t ino, struct stat *st)
 	*st = n->like ? *n->like : t->root_st;
 	st->st_ino = (ino_t)ino;
 	st->st_nlink = n->nlink;
+	/* Read-only: the write bits go, the rest of the mode stays (the
+	 * mount has default_permissions, so the kernel enforces it).  A view
+	 * or tensor file has its sources' read bits (us_tree_derive_stat). */
 	if (n->kind == US_NODE_DIR) {
-		st->st_mode = S_IFDIR | 0555;
+		st->st_mode = S_IFDIR | (st->st_mode & 0555);
 		return;
 	}
-	/* Read-only, owned by whoever mounted (or the source's owner). */
-	st->st_mode = S_IFREG | 0444;
+	st->st_mode = S_IFREG | (n->like ? st->st_mode & 0555 : t->view_perm);
 	st->st_size = (off_t)n->size;
 	st->st_blksize = 1 << 20;
 	st->st_blocks = (blkcnt_t)((n->size + 511) / 512);

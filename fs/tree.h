@@ -71,7 +71,9 @@ struct us_tree {
 	struct us_dirent *ents;  /* every directory's entries, in one block */
 	size_t nents;
 	char *names;             /* encoded tensor names that differ from t->name */
-	struct stat root_st;     /* SOURCE's stat at mount: the template */
+	struct stat root_st;     /* SOURCE's stat at mount, as new as its
+				  * newest source file: the template */
+	mode_t view_perm;        /* views and tensors/: read bits of all sources */
 	int srcfd;               /* SOURCE directory, or -1 */
 	uint64_t total_bytes;    /* for statfs: every inode counted once */
 	struct us_readahead *ra; /* the views' sources read ahead, or NULL */
@@ -90,6 +92,11 @@ int us_tree_build(struct us_tree *t, struct us_view *const *views,
 		  const struct us_view *raw, const struct us_pt_list *pt,
 		  int srcfd, const struct stat *root_st);
 void us_tree_free(struct us_tree *t);
+
+/* us_tree_derive_stat - the views' times and read bits from @sd's files
+ * (tree.c says why); us_tree_build applies it to @root_st. */
+void us_tree_derive_stat(const struct us_statedict *sd, struct stat *st,
+			 mode_t *view_perm);
 
 /* us_tree_get - the node of @ino, or NULL when it is not one of ours. */
 struct us_node *us_tree_get(struct us_tree *t, fuse_ino_t ino);

@@ -246,11 +246,26 @@ def _start(source, mnt, *opts):
     return proc
 
 
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_signal_unmounts_cleanly(tmp_path, sig):
+def test_signal_unmounts_cleanly(tmp_path, sig, relative):
+    # relative: the daemon changes directory; it used to unmount "mnt" from there
+    # and leave a dead mount behind
     mnt = str(tmp_path / "mnt")
     os.mkdir(mnt)
-    proc = _start(os.path.join(FIXTURES, "single"), mnt)
+    if relative:
+        proc = subprocess.Popen([require_binary(), "-f", os.path.join(FIXTURES, "single"),
+                                 "mnt"], cwd=str(tmp_path), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 15
+        while not os.path.ismount(mnt):
+            assert proc.poll() is None and time.monotonic() < deadline, "not mounted"
+            time.sleep(0.02)
+        with open("/proc/self/mountinfo") as f:
+            line = next(x for x in f if f" {mnt} " in x)
+        assert f" {os.path.join(FIXTURES, 'single')} " in line, line  # fsname: absolute
+    else:
+        proc = _start(os.path.join(FIXTURES, "single"), mnt)
     try:
         assert os.listdir(mnt)
         proc.send_signal(sig)

@@ -91,3 +91,50 @@ def test_read_only():
         sv = os.statvfs(mnt)
         assert sv.f_bsize > 0
     assert not os.path.exists(os.path.join(src, "new-file"))
+
+
+def _copy_sample(tmp_path):
+    import shutil
+    src = str(tmp_path / "src")
+    shutil.copytree(SOURCES["sample"], src)
+    return src
+
+
+def test_modes_follow_the_source_without_write_bits(tmp_path):
+    """default_permissions enforces what the mount shows: a view has the read bits every
+    source file grants (it shows bytes of all of them); a passed-through file or
+    directory keeps its own mode, less the write bits."""
+    import stat as st
+    src = _copy_sample(tmp_path)
+    shard = next(f for f in checkpoint_files(src) if f.endswith(".safetensors"))
+    os.chmod(os.path.join(src, shard), 0o640)
+    os.chmod(os.path.join(src, "config.json"), 0o600)
+    os.mkdir(os.path.join(src, "private"), 0o700)
+    with open(os.path.join(src, "private", "notes.txt"), "w") as f:
+        f.write("x")
+    with mount(src) as mnt:
+        mode = {p: st.S_IMODE(os.stat(os.path.join(mnt, p)).st_mode)
+                for p in ("model.safetensors", "config.json", "private", "private/notes.txt",
+                          "tensors", ".")}
+        tmode = {st.S_IMODE(os.stat(os.path.join(mnt, "tensors", n)).st_mode)
+                 for n in os.listdir(os.path.join(mnt, "tensors"))}
+    assert mode == {"model.safetensors": 0o440, "config.json": 0o400, "private": 0o500,
+                    "private/notes.txt": 0o444, "tensors": 0o555, ".": 0o555}, mode
+    assert tmode == {0o440}, tmode
+
+
+def test_views_are_as_new_as_the_newest_source_file(tmp_path):
+    """A shard rewritten in place changes its mtime, not the directory's: the views must
+    look newer too, or rsync and cp -u keep a stale copy."""
+    src = _copy_sample(tmp_path)
+    shard = os.path.join(src, next(f for f in checkpoint_files(src)
+                                   if f.endswith(".safetensors")))
+    with mount(src) as mnt:
+        before = os.stat(os.path.join(mnt, "model.safetensors"))
+    later = before.st_mtime_ns + 10**10
+    os.utime(shard, ns=(later, later))
+    with mount(src) as mnt:
+        after = os.stat(os.path.join(mnt, "model.safetensors"))
+        tensor = os.stat(os.path.join(mnt, "tensors", os.listdir(os.path.join(mnt, "tensors"))[0]))
+    assert after.st_mtime_ns == later and tensor.st_mtime_ns == later
+    assert after.st_ctime_ns >= before.st_ctime_ns
