@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -151,6 +152,10 @@ static void us_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 	if (!d || d->kind != US_NODE_DIR) {
 		fuse_reply_err(req, d ? ENOTDIR : ENOENT);
+		return;
+	}
+	if (strlen(name) > NAME_MAX) { /* statfs says namemax is 255 */
+		fuse_reply_err(req, ENAMETOOLONG);
 		return;
 	}
 	/* Any name of a node counts toward the one count of that node: the

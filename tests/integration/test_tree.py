@@ -138,3 +138,13 @@ def test_views_are_as_new_as_the_newest_source_file(tmp_path):
         tensor = os.stat(os.path.join(mnt, "tensors", os.listdir(os.path.join(mnt, "tensors"))[0]))
     assert after.st_mtime_ns == later and tensor.st_mtime_ns == later
     assert after.st_ctime_ns >= before.st_ctime_ns
+
+
+def test_lookup_of_a_name_longer_than_namemax(tmp_path):
+    with mount(SOURCES["sample"]) as mnt:
+        namemax = os.statvfs(mnt).f_namemax
+        with pytest.raises(OSError) as ei:
+            os.stat(os.path.join(mnt, "a" * (namemax + 1)))
+        assert ei.value.errno == errno.ENAMETOOLONG
+        with pytest.raises(FileNotFoundError):
+            os.stat(os.path.join(mnt, "a" * namemax))
