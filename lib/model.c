@@ -571,5 +571,6 @@ void us_sd_present_as(struct us_statedict *sd, enum us_dtype dtype)
 		t->dtype = dtype;
 		t->nbytes = t->numel * (us_dtype_bits(dtype) / 8);
 	}
-	us_sd_present_as(sd->optim, dtype);
+	/* Not sd->optim: moments and step counts are training state, kept as
+	 * stored (a bf16 step count is exact only up to 256). */
 }

@@ -189,8 +189,9 @@ enum us_status us_sd_finalize(struct us_statedict *sd, struct us_err *err);
 
 /*
  * us_sd_present_as - present every floating tensor (F64, F32, F16, BF16) of
- * @sd (and of its optimizer) as @dtype (--dtype): dtype and nbytes change,
- * chunks keep the stored dtype, and reads convert (assemble/cast.h).
+ * @sd as @dtype (--dtype): dtype and nbytes change, chunks keep the stored
+ * dtype, and reads convert (assemble/cast.h).  The optimizer is left as
+ * stored.
  */
 void us_sd_present_as(struct us_statedict *sd, enum us_dtype dtype);
 

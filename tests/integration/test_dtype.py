@@ -87,8 +87,11 @@ def test_cast_dcp_fixture(tmp_path):
     """A sharded DCP checkpoint cast to bf16: each tensor equals torch's cast of the
     consolidated reference, and partial reads across chunk boundaries agree."""
     ref = load_file(os.path.join(FIXTURES, "torch", "_ref", "fsdp2_3rank.safetensors"))
+    oref = load_file(os.path.join(FIXTURES, "torch", "_ref", "fsdp2_3rank.optimizer.safetensors"))
     with mount(os.path.join(FIXTURES, "torch", "fsdp2_3rank"), "--dtype=bf16") as mnt:
         got = {k: v.clone() for k, v in load_file(os.path.join(mnt, "model.safetensors")).items()}
+        optim = {k: v.clone() for k, v in
+                 load_file(os.path.join(mnt, "optimizer.safetensors")).items()}
         p = os.path.join(mnt, "tensors", "embed.weight")
         with open(p, "rb") as f:
             whole = f.read()
@@ -101,6 +104,10 @@ def test_cast_dcp_fixture(tmp_path):
     for k, v in got.items():
         want = ref[k].to(torch.bfloat16) if ref[k].is_floating_point() else ref[k]
         assert v.dtype == want.dtype and same(v, want), k
+    # the optimizer is training state: moments and step counts as stored
+    assert sorted(optim) == sorted(oref)
+    for k, v in oref.items():
+        assert optim[k].dtype == v.dtype and same(optim[k], v), k
 
 
 def test_bad_dtype_is_usage_error(tmp_path):
