@@ -559,18 +559,20 @@ static bool is_castable(enum us_dtype dt)
 	       dt == US_DT_BF16;
 }
 
+void us_tensor_present_as(struct us_tensor *t, enum us_dtype dtype)
+{
+	if (!is_castable(t->dtype) || !is_castable(dtype) || t->dtype == dtype)
+		return;
+	t->dtype = dtype;
+	t->nbytes = t->numel * (us_dtype_bits(dtype) / 8);
+}
+
 void us_sd_present_as(struct us_statedict *sd, enum us_dtype dtype)
 {
 	if (!sd)
 		return;
-	for (size_t i = 0; i < sd->ntensors; i++) {
-		struct us_tensor *t = &sd->tensors[i];
-
-		if (!is_castable(t->dtype) || t->dtype == dtype)
-			continue;
-		t->dtype = dtype;
-		t->nbytes = t->numel * (us_dtype_bits(dtype) / 8);
-	}
+	for (size_t i = 0; i < sd->ntensors; i++)
+		us_tensor_present_as(&sd->tensors[i], dtype);
 	/* Not sd->optim: moments and step counts are training state, kept as
 	 * stored (a bf16 step count is exact only up to 256). */
 }

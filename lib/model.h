@@ -89,6 +89,10 @@ struct us_tensor {
 	 */
 	const struct us_tensor *tie_of;
 	uint32_t nlinks;         /* names in its tie group (1 when untied) */
+	/* A reader that must serve the stored bytes converted (DeepSpeed's
+	 * buffers, upcast like zero_to_fp32 does) sets this; the source layer
+	 * applies it after finalize and ties (us_tensor_present_as). */
+	bool upcast_f32;
 };
 
 struct us_statedict {
@@ -194,6 +198,8 @@ enum us_status us_sd_finalize(struct us_statedict *sd, struct us_err *err);
  * stored.
  */
 void us_sd_present_as(struct us_statedict *sd, enum us_dtype dtype);
+/* us_tensor_present_as - the same for one tensor. */
+void us_tensor_present_as(struct us_tensor *t, enum us_dtype dtype);
 
 /* us_sd_find - binary search by name after finalize; NULL if absent. */
 const struct us_tensor *us_sd_find(const struct us_statedict *sd,

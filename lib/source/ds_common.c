@@ -237,6 +237,10 @@ enum us_status us_ds_add_module(struct us_statedict *sd,
 			  !listed(names, k->u.str.s))
 			continue;
 		US_TRY(us_ds_add_plain(sd, f, k->u.str.s, mod->coll->vals.v[i], err));
+		/* zero_to_fp32 upcasts floating buffers with .float() (a bf16
+		 * model under zero.Init has bf16 buffers); float8 stays stored */
+		if (!all)
+			sd->tensors[sd->ntensors - 1].upcast_f32 = true;
 	}
 	return US_OK;
 }

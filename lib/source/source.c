@@ -109,6 +109,9 @@ enum us_status us_source_open(const char *path,
 		rc = us_ties_detect(sd, opts ? opts->ties : US_TIES_AUTO,
 				    opts && opts->progress, err);
 	/* Last: ties are found on the stored bytes. */
+	for (size_t i = 0; rc == US_OK && i < sd->ntensors; i++)
+		if (sd->tensors[i].upcast_f32)
+			us_tensor_present_as(&sd->tensors[i], US_DT_F32);
 	if (rc == US_OK && opts && opts->cast)
 		us_sd_present_as(sd, opts->cast_to);
 	if (rc != US_OK) {

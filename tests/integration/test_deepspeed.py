@@ -23,7 +23,7 @@ from torchref import compare  # noqa: E402
 
 DS = os.path.join(FIXTURES, "deepspeed")
 REF = os.path.join(DS, "_ref")
-ZERO_CASES = ["z2_2rank", "z2_3rank_bf16", "z3_2rank", "z3_3rank_bf16"]
+ZERO_CASES = ["z2_2rank", "z2_3rank_bf16", "z3_2rank", "z3_3rank_bf16", "z3_2rank_bf16_zinit"]
 UC_CASES = ["uc_z2_3rank_bf16", "uc_z3_2rank"]  # ds_to_universal of z2_3rank_bf16, z3_2rank
 CASES = ZERO_CASES + UC_CASES
 DSVENV_PY = "/tmp/dsvenv/bin/python"
