@@ -58,6 +58,11 @@ static bool has_model_states(int dirfd)
 	return us_dir_any(dirfd, us_ds_model_states_name);
 }
 
+static bool is_safetensors(const char *name)
+{
+	return us_path_has_suffix(name, ".safetensors");
+}
+
 static bool ds_probe(int dirfd, const char *file)
 {
 	char tag[DS_TAG_MAX + 1];
@@ -70,10 +75,13 @@ static bool ds_probe(int dirfd, const char *file)
 		return true;
 	if (!us_ds_read_tag(dirfd, "latest", tag))
 		return false;
-	/* "latest" naming nothing: ours, so that the refusal says so */
+	/* "latest" naming nothing: ours, so that the refusal says so --
+	 * unless safetensors files are there (tag directories pruned from an
+	 * HF Trainer checkpoint: its model.safetensors is the model) */
 	d = openat(dirfd, tag, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (d < 0)
-		return faccessat(dirfd, tag, F_OK, 0) != 0;
+		return faccessat(dirfd, tag, F_OK, 0) != 0 &&
+		       !us_dir_any(dirfd, is_safetensors);
 	yes = has_model_states(d);
 	close(d);
 	return yes;

@@ -11,10 +11,14 @@
 
 static const struct us_reader *const readers[] = {
 	&us_reader_dcp,
-	&us_reader_safetensors,
 	/* before deepspeed: a universal folder holds model states files too */
 	&us_reader_ds_universal,
-	&us_reader_deepspeed, /* before torch: a DeepSpeed dir holds .pt files */
+	/* before safetensors and torch: an HF Trainer checkpoint of a
+	 * DeepSpeed run holds its 16-bit export (model.safetensors or
+	 * pytorch_model.bin) beside the fp32 masters; the masters win, as
+	 * zero_to_fp32 would read them (--format=safetensors: the export) */
+	&us_reader_deepspeed,
+	&us_reader_safetensors,
 	&us_reader_torch,
 };
 

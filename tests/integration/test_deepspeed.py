@@ -346,3 +346,50 @@ def test_daemon_memory_flat(tmp_path):
                      f"zero_to_fp32 {ds.stdout.strip().splitlines()[-1] if ds.stdout else '?'} KiB\n")
     assert big_b > 4 * small_b
     assert big_hwm < small_hwm * 1.5 + 8192, sizes
+
+
+def _hf_trainer_dir(tmp_path, keep_tag=True):
+    """What transformers' Trainer writes for a DeepSpeed run: the engine's state (latest,
+    global_stepN/) beside a 16-bit export (model.safetensors) and config.json."""
+    from safetensors.torch import save_file
+    src = str(tmp_path / "checkpoint-2")
+    shutil.copytree(os.path.join(DS, "z3_2rank"), src)
+    ref, _ = load_ref("z3_2rank")
+    export = {k: v.to(torch.bfloat16) for k, v in ref.items() if k != "head.weight"}
+    save_file(export, os.path.join(src, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(src, "config.json"), "w") as f:
+        f.write("{}\n")
+    if not keep_tag:
+        with open(os.path.join(src, "latest")) as f:
+            shutil.rmtree(os.path.join(src, f.read().strip()))
+    return src, ref, export
+
+
+def test_hf_trainer_checkpoint_serves_the_fp32_masters(tmp_path):
+    """The masters win over the 16-bit export beside them, as they do over a
+    pytorch_model.bin; --format=safetensors serves the export."""
+    from safetensors.torch import load_file
+    src, ref, export = _hf_trainer_dir(tmp_path)
+    with mount(src) as mnt:
+        got = {k: v.clone() for k, v in load_file(os.path.join(mnt, "model.safetensors")).items()}
+        assert os.path.exists(os.path.join(mnt, "optimizer.safetensors"))
+        assert os.path.exists(os.path.join(mnt, "config.json"))
+        gc.collect()
+    assert {k: v.dtype for k, v in got.items()} == {k: v.dtype for k, v in ref.items()
+                                                     if k != "head.weight"}
+    for k, v in got.items():
+        assert torch.equal(v, ref[k]), k
+    with mount(src, "--format=safetensors") as mnt:
+        got = {k: v.clone() for k, v in load_file(os.path.join(mnt, "model.safetensors")).items()}
+        gc.collect()
+    assert sorted(got) == sorted(export) and all(torch.equal(got[k], export[k]) for k in got)
+
+
+def test_pruned_tag_directory_leaves_the_export(tmp_path):
+    """latest naming a removed global_stepN/: the model.safetensors there is the model."""
+    from safetensors.torch import load_file
+    src, _ref, export = _hf_trainer_dir(tmp_path, keep_tag=False)
+    with mount(src) as mnt:
+        got = {k: v.clone() for k, v in load_file(os.path.join(mnt, "model.safetensors")).items()}
+        gc.collect()
+    assert sorted(got) == sorted(export)
