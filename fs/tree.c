@@ -407,7 +407,11 @@ void us_tree_stat(const struct us_tree *t, fuse_ino_t ino, struct stat *st)
 	 * mount has default_permissions, so the kernel enforces it).  A view
 	 * or tensor file has its sources' read bits (us_tree_derive_stat). */
 	if (n->kind == US_NODE_DIR) {
-		st->st_mode = S_IFDIR | (st->st_mode & 0555);
+		/* a directory of our own (the root, tensors/) may take its
+		 * bits from a file SOURCE: whoever may read may search */
+		mode_t m = st->st_mode & 0555;
+
+		st->st_mode = S_IFDIR | (n->like ? m : m | (m & 0444) >> 2);
 		return;
 	}
 	st->st_mode = S_IFREG | (n->like ? st->st_mode & 0555 : t->view_perm);

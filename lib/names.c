@@ -120,9 +120,32 @@ static char *unwrap_optim_name(const char *name, const struct us_names_opts *o)
 		us_unwrap_name(in, o, out + 6);
 		memcpy(out, "state.", 6);
 		strcat(out, slot);
+	} else {
+		free(out);
+		out = NULL;
 	}
 	free(in);
 	return out;
+}
+
+void us_unwrap_json_optim_keys(cJSON *obj, const struct us_names_opts *o)
+{
+	cJSON *fresh = cJSON_CreateObject();
+
+	if (!fresh || !cJSON_IsObject(obj))
+		goto out;
+	/* Keys cannot be renamed in place: move each item to a new object. */
+	while (obj->child) {
+		cJSON *it = cJSON_DetachItemViaPointer(obj, obj->child);
+		char *k = unwrap_optim_name(it->string, o);
+
+		cJSON_AddItemToObject(fresh, k ? k : it->string, it);
+		free(k);
+	}
+	obj->child = fresh->child; /* the moved items, under their new keys */
+	fresh->child = NULL;
+out:
+	cJSON_Delete(fresh);
 }
 
 enum us_status us_names_apply_optim(struct us_statedict *sd,

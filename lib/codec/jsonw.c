@@ -44,6 +44,8 @@ static bool sbuf_reserve(struct us_sbuf *b, size_t n)
 
 void us_sbuf_putn(struct us_sbuf *b, const char *s, size_t n)
 {
+	if (n == 0)
+		return; /* b->p may still be NULL: no memcpy(NULL, ..., 0) */
 	if (!sbuf_reserve(b, n))
 		return;
 	memcpy(b->p + b->len, s, n);

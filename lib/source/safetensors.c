@@ -219,7 +219,8 @@ static enum us_status st_add_entries(struct us_statedict *sd, uint32_t file,
  */
 static enum us_status st_add_chunks(struct us_statedict *sd, uint32_t file,
 				    const struct st_entry *v, size_t n,
-				    uint64_t data_start, const cJSON *info,
+				    uint64_t data_start,
+				    const struct us_st_info *info,
 				    struct us_st_pieces *pieces,
 				    struct us_err *err)
 {
@@ -245,7 +246,8 @@ static enum us_status st_read_file(struct us_statedict *sd, int dirfd,
 				   struct us_err *err)
 {
 	struct st_entry *v = NULL;
-	cJSON *root = NULL, *info = NULL;
+	cJSON *root = NULL;
+	struct us_st_info *info = NULL;
 	uint64_t data_start = 0;
 	size_t n = 0;
 	uint32_t file;
@@ -279,7 +281,7 @@ static enum us_status st_read_file(struct us_statedict *sd, int dirfd,
 		rc = st_add_entries(sd, file, v, n, data_start, err);
 out:
 	free(v);
-	cJSON_Delete(info);
+	us_st_info_free(info);
 	cJSON_Delete(root);
 	return rc;
 }

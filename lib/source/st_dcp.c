@@ -45,11 +45,35 @@ void us_st_pieces_free(struct us_st_pieces *p)
 	free(p);
 }
 
-enum us_status us_st_sharding_info(const cJSON *md, cJSON **out,
+static int cmp_entry(const void *a, const void *b)
+{
+	return strcmp((*(const cJSON *const *)a)->string,
+		      (*(const cJSON *const *)b)->string);
+}
+
+static enum us_status index_info(struct us_st_info *in, const char *path,
+				 struct us_err *err)
+{
+	size_t n = 0;
+
+	for (const cJSON *c = in->root->child; c; c = c->next)
+		n++;
+	in->by_name = calloc(n ? n : 1, sizeof(*in->by_name));
+	if (!in->by_name)
+		return us_err_set(err, US_E_NOMEM, path, "out of memory");
+	for (const cJSON *c = in->root->child; c; c = c->next)
+		in->by_name[in->n++] = c;
+	qsort(in->by_name, in->n, sizeof(*in->by_name), cmp_entry);
+	return US_OK;
+}
+
+enum us_status us_st_sharding_info(const cJSON *md, struct us_st_info **out,
 				   const char *path, struct us_err *err)
 {
 	const cJSON *s = cJSON_GetObjectItemCaseSensitive(md, US_ST_DCP_KEY);
 	const char *why = NULL;
+	struct us_st_info *in;
+	enum us_status rc;
 
 	*out = NULL;
 	if (!s)
@@ -57,40 +81,68 @@ enum us_status us_st_sharding_info(const cJSON *md, cJSON **out,
 	if (!cJSON_IsString(s))
 		return us_err_set(err, US_E_FORMAT, path,
 				  US_ST_DCP_KEY " is not a string");
-	*out = us_json_parse(s->valuestring, strlen(s->valuestring), &why);
-	if (!*out)
-		return us_err_set(err, US_E_FORMAT, path, US_ST_DCP_KEY " %s", why);
-	if (!cJSON_IsObject(*out)) {
-		cJSON_Delete(*out);
-		*out = NULL;
-		return us_err_set(err, US_E_FORMAT, path,
-				  US_ST_DCP_KEY " is not a JSON object");
+	if (!(in = calloc(1, sizeof(*in))))
+		return us_err_set(err, US_E_NOMEM, path, "out of memory");
+	in->root = us_json_parse(s->valuestring, strlen(s->valuestring), &why);
+	if (!in->root)
+		rc = us_err_set(err, US_E_FORMAT, path, US_ST_DCP_KEY " %s", why);
+	else if (!cJSON_IsObject(in->root))
+		rc = us_err_set(err, US_E_FORMAT, path,
+				US_ST_DCP_KEY " is not a JSON object");
+	else
+		rc = index_info(in, path, err);
+	if (rc != US_OK) {
+		us_st_info_free(in);
+		return rc;
 	}
+	*out = in;
 	return US_OK;
 }
 
-/* @name's "saved_offsets" in @info: @ndim non-negative integers. */
-static enum us_status saved_offsets(const cJSON *info, const char *name,
-				    uint32_t ndim, uint64_t *off,
-				    const char *path, struct us_err *err)
+void us_st_info_free(struct us_st_info *info)
 {
-	const cJSON *e = cJSON_GetObjectItemCaseSensitive(info, name);
-	const cJSON *o = cJSON_GetObjectItemCaseSensitive(e, "saved_offsets");
+	if (!info)
+		return;
+	cJSON_Delete(info->root);
+	free(info->by_name);
+	free(info);
+}
 
-	if (!cJSON_IsArray(o) || cJSON_GetArraySize(o) != (int)ndim)
+/* @name's entry of @info, or NULL. */
+static const cJSON *info_get(const struct us_st_info *info, const char *name)
+{
+	cJSON key = { .string = (char *)name };
+	const cJSON *kp = &key, **hit;
+
+	hit = bsearch(&kp, info->by_name, info->n, sizeof(*info->by_name), cmp_entry);
+	return hit ? *hit : NULL;
+}
+
+/* @name's "saved_offsets" in @info: @ndim non-negative integers. */
+static enum us_status saved_offsets(const struct us_st_info *info,
+				    const char *name, uint32_t ndim,
+				    uint64_t *off, const char *path,
+				    struct us_err *err)
+{
+	const cJSON *e = info_get(info, name);
+	const cJSON *o = cJSON_GetObjectItemCaseSensitive(e, "saved_offsets");
+	const cJSON *x = cJSON_IsArray(o) ? o->child : NULL;
+
+	if ((ndim && !x) || cJSON_GetArraySize(o) != (int)ndim)
 		return us_err_set(err, US_E_FORMAT, path,
 				  "tensor '%s': " US_ST_DCP_KEY " has no "
 				  "saved_offsets of %u dimensions for it", name,
 				  ndim);
-	for (uint32_t k = 0; k < ndim; k++)
-		if (!us_json_u64(cJSON_GetArrayItem(o, (int)k), &off[k]))
+	for (uint32_t k = 0; k < ndim; k++, x = x->next)
+		if (!us_json_u64(x, &off[k]))
 			return us_err_set(err, US_E_FORMAT, path,
 					  "tensor '%s': saved_offsets are not "
 					  "non-negative integers", name);
 	return US_OK;
 }
 
-enum us_status us_st_pieces_add(struct us_st_pieces *p, const cJSON *info,
+enum us_status us_st_pieces_add(struct us_st_pieces *p,
+				const struct us_st_info *info,
 				const char *name, enum us_dtype dtype,
 				uint32_t ndim, const uint64_t *shape,
 				uint32_t file, uint64_t data_off,

@@ -29,20 +29,30 @@ struct us_st_pieces;
 struct us_st_pieces *us_st_pieces_new(void);
 void us_st_pieces_free(struct us_st_pieces *p);
 
+/* A file's DCP_SHARDING_INFO, its entries sorted by name for lookup (a
+ * linear search per tensor was quadratic in a header of 10^5 tensors). */
+struct us_st_info {
+	cJSON *root;
+	const cJSON **by_name;
+	size_t n;
+};
+
 /*
  * us_st_sharding_info - the parsed DCP_SHARDING_INFO of a header's
- * __metadata__ @md (NULL when it has none; the caller frees the result
- * with cJSON_Delete).  US_OK with *@out NULL when absent.
+ * __metadata__ @md; US_OK with *@out NULL when it has none.  Free with
+ * us_st_info_free.
  */
-enum us_status us_st_sharding_info(const cJSON *md, cJSON **out,
+enum us_status us_st_sharding_info(const cJSON *md, struct us_st_info **out,
 				   const char *path, struct us_err *err);
+void us_st_info_free(struct us_st_info *info);
 
 /*
  * us_st_pieces_add - one tensor entry of @path (sd file @file, its bytes at
  * @data_off): its chunk's corner comes from @info's "saved_offsets" for
  * @name, which must be there, with one non-negative integer per dimension.
  */
-enum us_status us_st_pieces_add(struct us_st_pieces *p, const cJSON *info,
+enum us_status us_st_pieces_add(struct us_st_pieces *p,
+				const struct us_st_info *info,
 				const char *name, enum us_dtype dtype,
 				uint32_t ndim, const uint64_t *shape,
 				uint32_t file, uint64_t data_off,

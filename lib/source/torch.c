@@ -104,7 +104,7 @@ static enum us_status walk_child(struct walk *w, const struct us_pk *k,
 				 int depth)
 {
 	size_t mark = name->len;
-	uint32_t budget = 1u << 16;
+	uint32_t budget = MAX_WALK_VISITS - w->visits;
 	enum us_status rc;
 
 	if (mark)
@@ -116,7 +116,16 @@ static enum us_status walk_child(struct walk *w, const struct us_pk *k,
 		/* Not a name a state dict can have: skipped, unless tensors
 		 * live under it (dropping them silently would serve a model
 		 * with weights missing). */
-		if (!has_tensor(v, depth, &budget))
+		/* the search is charged to the walk's own bound */
+		bool holds = has_tensor(v, depth, &budget);
+
+		w->visits = MAX_WALK_VISITS - budget;
+		if (budget == 0)
+			return us_err_set(w->err, US_E_FORMAT,
+					  w->sd->files[w->file].relpath,
+					  "the pickle's shared references expand to "
+					  "more than %u values", MAX_WALK_VISITS);
+		if (!holds)
 			return US_OK;
 		return us_err_set(w->err, US_E_UNSUPPORTED,
 				  w->sd->files[w->file].relpath,
@@ -226,19 +235,55 @@ static bool is_model_key(const struct us_pk *k)
 	return false;
 }
 
+/* Does @v hold a tensor of more than one element (bounded, as has_tensor)?
+ * What training scripts keep beside the model -- a step counter, a metric,
+ * Lightning's best_model_score -- holds scalars only. */
+static bool has_weights(const struct us_pk *v, int depth, uint32_t *budget)
+{
+	struct us_torch_tensor tt;
+	const char *why;
+	bool big = false;
+
+	if (!v || depth > MAX_WALK_DEPTH)
+		return false;
+	if (*budget == 0)
+		return true;
+	--*budget;
+	if (us_torch_match(v, &tt, &why) > 0) {
+		for (uint32_t k = 0; k < tt.ndim; k++) {
+			if (tt.shape[k] == 0)
+				return false; /* empty */
+			big |= tt.shape[k] > 1;
+		}
+		return big;
+	}
+	if (us_pk_is_dictlike(v)) {
+		for (size_t i = 0; i < v->coll->vals.n; i++)
+			if (has_weights(v->coll->vals.v[i], depth + 1, budget))
+				return true;
+	} else if (v->kind == US_PK_LIST || v->kind == US_PK_TUPLE) {
+		for (size_t i = 0; i < v->u.seq.n; i++)
+			if (has_weights(v->u.seq.v[i], depth + 1, budget))
+				return true;
+	}
+	return false;
+}
+
 /*
  * The container rule: if exactly one top-level, non-optimizer entry holds
  * tensors and it is itself a dict, the model is that dict.  (A state dict
  * is flat -- "a.b.weight" -- so a nested dict at the top is a container.)
- * When several entries hold tensors -- Lightning's callbacks keep
- * best_model_score as a tensor, scripts save an RNG state or a step
- * counter beside the model -- the one dict under a model key (is_model_key)
- * is the model.  Otherwise the whole pickle is walked.
+ * When several entries hold tensors, the one dict under a model key
+ * (is_model_key) is the model if the others are training state: a bare
+ * tensor (an RNG state, a step count) or containers of scalars (Lightning's
+ * callbacks keep best_model_score).  A second container of real weights (an
+ * EMA copy, a discriminator) means the whole pickle is walked, every name
+ * keeping its top-level key: nothing is dropped without a word.
  */
 static const struct us_pk *model_root(const struct us_pk *root)
 {
 	const struct us_pk *only = NULL, *named = NULL;
-	size_t holders = 0, nnamed = 0;
+	size_t holders = 0, nnamed = 0, weights = 0;
 	uint32_t budget = MAX_WALK_VISITS;
 
 	if (!us_pk_is_dictlike(root))
@@ -258,11 +303,13 @@ static const struct us_pk *model_root(const struct us_pk *root)
 		if (is_model_key(k)) {
 			named = v;
 			nnamed++;
+		} else if (has_weights(v, 0, &budget)) {
+			weights++;
 		}
 	}
 	if (holders == 1 && only)
 		return only;
-	return nnamed == 1 ? named : root;
+	return nnamed == 1 && weights == 0 ? named : root;
 }
 
 /* ---- optimizer state ------------------------------------------------------ */
@@ -331,8 +378,10 @@ static enum us_status optim_slot(struct walk *w, cJSON *scalars,
 				  name, why);
 	if (m > 0)
 		return add_tensor(w, name, &tt); /* unwrapped later (source.c) */
-	/* A scalar's key is final here: "<unwrapped param>.<slot>". */
-	us_unwrap_name(pname, w->sd->names, name);
+	/* A scalar's key is final here: "state.<unwrapped param>.<slot>",
+	 * as its tensors are named and as the DCP reader keys them. */
+	strcpy(name, "state.");
+	us_unwrap_name(pname, w->sd->names, name + 6);
 	if (strlen(name) + strlen(slot->u.str.s) + 2 > sizeof(name))
 		return US_OK;
 	strcat(strcat(name, "."), slot->u.str.s);
@@ -453,7 +502,7 @@ static enum us_status torch_read_file(struct us_statedict *sd, int dirfd,
 	if (rc == US_OK)
 		rc = read_optimizer(&w, ta.root);
 	if (rc == US_OK && before == sd->ntensors + (sd->optim ? sd->optim->ntensors : 0) &&
-	    has_storages(&ta.zip))
+	    !find_optimizer(ta.root) && has_storages(&ta.zip))
 		rc = us_err_set(err, US_E_UNSUPPORTED, relpath,
 				"holds tensor data but no dict of tensors (a "
 				"pickled nn.Module or another object?): save its "

@@ -243,7 +243,7 @@ def test_fsdp1_local_state_dict_refused():
 
 def _save(tmp_path, obj, name="model.pt"):
     src = tmp_path / "src"
-    src.mkdir()
+    src.mkdir(parents=True)
     torch.save(obj, str(src / name))
     return str(src)
 
@@ -385,3 +385,57 @@ def test_dcp_of_a_plain_optimizer_state_dict_uses_param_names(tmp_path):
     for k, v in want.items():
         assert tensor_bytes(got[k]) == tensor_bytes(v), k
     assert groups[0]["params"] == names and groups[0]["param_names"] == names
+
+
+
+def test_container_rule_keeps_every_real_weight(tmp_path):
+    """Beside the model key: training state (an RNG state, a step count, Lightning's
+    scalar metrics) is left out; a second set of weights (an EMA copy) is not dropped:
+    then every name keeps its top-level key, as without a model key."""
+    w = {"a.w": torch.arange(6.0).view(2, 3), "a.b": torch.arange(2.0)}
+    ema = {k: v + 1 for k, v in w.items()}
+    got = _served(_save(tmp_path / "1", {"state_dict": w, "rng_state": torch.get_rng_state(),
+                                          "callbacks": {"ck": {"best": torch.tensor(0.5)}},
+                                          "global_step": torch.tensor(7)}))
+    assert sorted(got) == ["a.b", "a.w"]
+    got = _served(_save(tmp_path / "2", {"state_dict": w, "state_dict_ema": ema}))
+    assert sorted(got) == ["state_dict.a.b", "state_dict.a.w",
+                           "state_dict_ema.a.b", "state_dict_ema.a.w"]
+    assert tensor_bytes(got["state_dict_ema.a.w"]) == tensor_bytes(ema["a.w"])
+
+
+def test_optimizer_only_torch_save_mounts(tmp_path):
+    """No model, an optimizer built from parameters() (no names): nothing to refuse;
+    optimizer.json is served."""
+    m = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    m(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    src = _save(tmp_path, {"optimizer": opt.state_dict()})
+    with mount(src) as mnt:
+        with open(os.path.join(mnt, "optimizer.json")) as f:
+            got = json.load(f)
+    assert got["param_groups"][0]["lr"] == 1e-3
+
+
+def test_optimizer_scalars_are_keyed_like_its_tensors(tmp_path):
+    """Per-parameter Python values: "state.<unwrapped param>.<slot>" in optimizer.json,
+    from torch.save and from DCP (where ids are named by param_names) alike."""
+    import torch.distributed.checkpoint as dcp
+    m = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    opt = torch.optim.Adam(m.named_parameters(), lr=1e-3)
+    m(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    osd = opt.state_dict()
+    for slots in osd["state"].values():
+        slots["calls"] = 5
+    want = {f"state.{n}.calls": 5 for n in osd["param_groups"][0]["param_names"]}
+    src = _save(tmp_path, {"model": {"module." + k: v for k, v in m.state_dict().items()},
+                           "optimizer": osd})
+    ckpt = str(tmp_path / "dcp")
+    dcp.save({"model": m.state_dict(), "optim": osd}, checkpoint_id=ckpt, no_dist=True)
+    for s in (src, ckpt):
+        with mount(s) as mnt:
+            with open(os.path.join(mnt, "optimizer.json")) as f:
+                got = json.load(f)["scalars"]
+        assert {k: v for k, v in got.items() if k.endswith(".calls")} == want, (s, got)

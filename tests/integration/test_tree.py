@@ -148,3 +148,19 @@ def test_lookup_of_a_name_longer_than_namemax(tmp_path):
         assert ei.value.errno == errno.ENAMETOOLONG
         with pytest.raises(FileNotFoundError):
             os.stat(os.path.join(mnt, "a" * namemax))
+
+
+
+def test_a_file_source_gives_searchable_directories(tmp_path):
+    """SOURCE a single 0644 file: the root and tensors/ take its read bits and, for
+    directories, the matching search bits (r-xr-xr-x), or nobody but root could look
+    inside under default_permissions."""
+    import shutil
+    import stat as st
+    src = str(tmp_path / "model.safetensors")
+    shutil.copy(os.path.join(SOURCES["sample"], checkpoint_files(SOURCES["sample"])[0]), src)
+    os.chmod(src, 0o644)
+    with mount(src) as mnt:
+        modes = {p: st.S_IMODE(os.stat(os.path.join(mnt, p)).st_mode)
+                 for p in (".", "tensors", "model.safetensors")}
+    assert modes == {".": 0o555, "tensors": 0o555, "model.safetensors": 0o444}, modes
