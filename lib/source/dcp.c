@@ -912,29 +912,13 @@ static enum us_status name_optim_ids(struct us_statedict *o, cJSON *groups,
 {
 	struct us_idnames ids = { 0 };
 	enum us_status rc = param_table(groups, &ids) < 0 ? US_E_NOMEM : US_OK;
-	cJSON *g;
 
 	for (size_t i = 0; o && rc == US_OK && i < o->ntensors; i++)
 		rc = rename_state(o, &o->tensors[i], &ids);
 	if (rc == US_OK)
 		rc = name_scalar_ids(scalars, &ids);
-	if (rc != US_OK)
-		groups = NULL;
-	cJSON_ArrayForEach(g, groups) {
-		cJSON *list = cJSON_GetObjectItemCaseSensitive(g, "params");
-		cJSON *x = cJSON_IsArray(list) ? list->child : NULL, *next, *s;
-
-		for (; x; x = next) {
-			int64_t id;
-			const char *pn;
-
-			next = x->next;
-			pn = us_json_i64(x, &id) ? us_idnames_get(&ids, id) : NULL;
-			if (pn && (s = cJSON_CreateString(pn)) &&
-			    !cJSON_ReplaceItemViaPointer(list, x, s))
-				cJSON_Delete(s);
-		}
-	}
+	if (rc == US_OK)
+		us_idnames_name_params(groups, &ids);
 	us_idnames_free(&ids);
 	return rc;
 }

@@ -3,6 +3,8 @@
 
 #include <stdlib.h>
 
+#include "../codec/json.h"
+
 int us_idnames_add(struct us_idnames *t, int64_t id, const char *name)
 {
 	if (t->n == t->cap) {
@@ -54,4 +56,25 @@ void us_idnames_free(struct us_idnames *t)
 	free(t->v);
 	t->v = NULL;
 	t->n = t->cap = 0;
+}
+
+void us_idnames_name_params(cJSON *groups, const struct us_idnames *t)
+{
+	cJSON *g;
+
+	cJSON_ArrayForEach(g, groups) {
+		cJSON *list = cJSON_GetObjectItemCaseSensitive(g, "params");
+		cJSON *x = cJSON_IsArray(list) ? list->child : NULL, *next, *s;
+
+		for (; x; x = next) {
+			int64_t id;
+			const char *name;
+
+			next = x->next;
+			name = us_json_i64(x, &id) ? us_idnames_get(t, id) : NULL;
+			if (name && (s = cJSON_CreateString(name)) &&
+			    !cJSON_ReplaceItemViaPointer(list, x, s))
+				cJSON_Delete(s);
+		}
+	}
 }

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 struct us_idname {
 	int64_t id;
 	size_t seq;       /* insertion order: the first of equal ids wins */
@@ -31,5 +33,10 @@ void us_idnames_sort(struct us_idnames *t);
 /* us_idnames_get - the name first added for @id, or NULL. */
 const char *us_idnames_get(const struct us_idnames *t, int64_t id);
 void us_idnames_free(struct us_idnames *t);
+
+/* us_idnames_name_params - in each of the JSON param @groups, replace the
+ * ids of "params" that @t names by their names.  The lists are walked by
+ * pointer: indexing a cJSON array is linear (10^5 ids: 10^10 steps). */
+void us_idnames_name_params(cJSON *groups, const struct us_idnames *t);
 
 #endif /* US_IDNAMES_H */

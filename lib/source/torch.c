@@ -74,7 +74,8 @@ static enum us_status add_tensor(struct walk *w, const char *name,
 	return US_OK;
 }
 
-static bool has_tensor(const struct us_pk *v, int depth, uint32_t *budget);
+static bool has_tensor(const struct us_pk *v, bool weights, int depth,
+		       uint32_t *budget);
 
 /* Append the text of dict key or list index @k to @name; false when @k is
  * not something a name can be made of (a bool, float, tuple, bytes or None
@@ -117,7 +118,7 @@ static enum us_status walk_child(struct walk *w, const struct us_pk *k,
 		 * live under it (dropping them silently would serve a model
 		 * with weights missing). */
 		/* the search is charged to the walk's own bound */
-		bool holds = has_tensor(v, depth, &budget);
+		bool holds = has_tensor(v, false, depth, &budget);
 
 		w->visits = MAX_WALK_VISITS - budget;
 		if (budget == 0)
@@ -195,27 +196,46 @@ static enum us_status walk(struct walk *w, const struct us_pk *v,
 	return rc;
 }
 
-/* Does @v hold any tensor (bounded search)?  Past *@budget visits the
- * answer is "maybe" (true): the walk then refuses the file itself. */
-static bool has_tensor(const struct us_pk *v, int depth, uint32_t *budget)
+/* More than one element, none of its dimensions empty. */
+static bool is_weight(const struct us_torch_tensor *tt)
+{
+	bool big = false;
+
+	for (uint32_t k = 0; k < tt->ndim; k++) {
+		if (tt->shape[k] == 0)
+			return false;
+		big |= tt->shape[k] > 1;
+	}
+	return big;
+}
+
+/*
+ * Does @v hold any tensor -- with @weights, one of more than one element
+ * (what scripts keep beside the model, a step count, a metric, Lightning's
+ * best_model_score, holds scalars)?  Bounded: past *@budget visits the
+ * answer is "maybe" (true), and the walk then refuses the file itself.
+ */
+static bool has_tensor(const struct us_pk *v, bool weights, int depth,
+		       uint32_t *budget)
 {
 	struct us_torch_tensor tt;
 	const char *why;
+	int m;
 
 	if (!v || depth > MAX_WALK_DEPTH)
 		return false;
 	if (*budget == 0)
 		return true;
 	--*budget;
-	if (us_torch_match(v, &tt, &why) != 0)
-		return true;
+	if ((m = us_torch_match(v, &tt, &why)) != 0)
+		return !weights || (m > 0 && is_weight(&tt));
 	if (us_pk_is_dictlike(v)) {
 		for (size_t i = 0; i < v->coll->vals.n; i++)
-			if (has_tensor(v->coll->vals.v[i], depth + 1, budget))
+			if (has_tensor(v->coll->vals.v[i], weights, depth + 1, budget))
 				return true;
 	} else if (v->kind == US_PK_LIST || v->kind == US_PK_TUPLE) {
 		for (size_t i = 0; i < v->u.seq.n; i++)
-			if (has_tensor(v->u.seq.v[i], depth + 1, budget))
+			if (has_tensor(v->u.seq.v[i], weights, depth + 1, budget))
 				return true;
 	}
 	return false;
@@ -232,40 +252,6 @@ static bool is_model_key(const struct us_pk *k)
 	for (size_t i = 0; k->kind == US_PK_STR && i < sizeof(keys) / sizeof(*keys); i++)
 		if (!strcmp(k->u.str.s, keys[i]))
 			return true;
-	return false;
-}
-
-/* Does @v hold a tensor of more than one element (bounded, as has_tensor)?
- * What training scripts keep beside the model -- a step counter, a metric,
- * Lightning's best_model_score -- holds scalars only. */
-static bool has_weights(const struct us_pk *v, int depth, uint32_t *budget)
-{
-	struct us_torch_tensor tt;
-	const char *why;
-	bool big = false;
-
-	if (!v || depth > MAX_WALK_DEPTH)
-		return false;
-	if (*budget == 0)
-		return true;
-	--*budget;
-	if (us_torch_match(v, &tt, &why) > 0) {
-		for (uint32_t k = 0; k < tt.ndim; k++) {
-			if (tt.shape[k] == 0)
-				return false; /* empty */
-			big |= tt.shape[k] > 1;
-		}
-		return big;
-	}
-	if (us_pk_is_dictlike(v)) {
-		for (size_t i = 0; i < v->coll->vals.n; i++)
-			if (has_weights(v->coll->vals.v[i], depth + 1, budget))
-				return true;
-	} else if (v->kind == US_PK_LIST || v->kind == US_PK_TUPLE) {
-		for (size_t i = 0; i < v->u.seq.n; i++)
-			if (has_weights(v->u.seq.v[i], depth + 1, budget))
-				return true;
-	}
 	return false;
 }
 
@@ -294,7 +280,7 @@ static const struct us_pk *model_root(const struct us_pk *root)
 
 		if (k->kind == US_PK_STR && us_is_optimizer_container(k->u.str.s))
 			continue;
-		if (!has_tensor(v, 0, &budget))
+		if (!has_tensor(v, false, 0, &budget))
 			continue;
 		holders++;
 		if (!us_pk_is_dictlike(v))
@@ -303,7 +289,7 @@ static const struct us_pk *model_root(const struct us_pk *root)
 		if (is_model_key(k)) {
 			named = v;
 			nnamed++;
-		} else if (has_weights(v, 0, &budget)) {
+		} else if (has_tensor(v, true, 0, &budget)) {
 			weights++;
 		}
 	}
@@ -390,36 +376,6 @@ static enum us_status optim_slot(struct walk *w, cJSON *scalars,
 	return US_OK;
 }
 
-/* Unwrap every name in the groups' "params" (after id -> name) and
- * "param_names" lists.  The lists are walked by pointer: indexing a cJSON
- * array is linear, and 10^5 parameters made that 10^10 steps. */
-static void name_groups(cJSON *groups, const struct us_idnames *t,
-			const struct us_names_opts *o)
-{
-	cJSON *g;
-	char buf[4096];
-
-	cJSON_ArrayForEach(g, groups) {
-		cJSON *ids = cJSON_GetObjectItemCaseSensitive(g, "params");
-		cJSON *id = cJSON_IsArray(ids) ? ids->child : NULL, *next, *s;
-
-		for (; id; id = next) {
-			int64_t k;
-			const char *n;
-
-			next = id->next;
-			n = us_json_i64(id, &k) ? us_idnames_get(t, k) : NULL;
-			if (!n || strlen(n) >= sizeof(buf))
-				continue;
-			us_unwrap_name(n, o, buf);
-			if ((s = cJSON_CreateString(buf)) &&
-			    !cJSON_ReplaceItemViaPointer(ids, id, s))
-				cJSON_Delete(s);
-		}
-		us_unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "param_names"), o);
-	}
-}
-
 static enum us_status read_optimizer(struct walk *w, const struct us_pk *root)
 {
 	const struct us_pk *opt = find_optimizer(root), *state, *groups;
@@ -442,7 +398,13 @@ static enum us_status read_optimizer(struct walk *w, const struct us_pk *root)
 	}
 	if (param_table(groups, &ids) < 0)
 		rc = us_err_set(w->err, US_E_NOMEM, ".", "out of memory");
-	name_groups(jgroups, &ids, w->sd->names);
+	/* ids -> names, then every name unwrapped */
+	us_idnames_name_params(jgroups, &ids);
+	for (cJSON *g = jgroups->child; g; g = g->next) {
+		us_unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "params"), w->sd->names);
+		us_unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "param_names"),
+				     w->sd->names);
+	}
 	for (size_t i = 0; us_pk_is_dictlike(state) && rc == US_OK &&
 			   i < state->coll->keys.n; i++) {
 		const struct us_pk *id = state->coll->keys.v[i];
