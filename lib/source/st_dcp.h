@@ -11,7 +11,10 @@
  * tensor's full shape; torch's own reader (HuggingFaceStorageReader) takes
  * each dimension as the largest offset + size of its chunks, and so do we.
  * The chunks found here become one multi-chunk tensor per name; finalize
- * then checks that they tile it (model.c), as for any DCP tensor.
+ * then checks that they tile it (model.c), as for any DCP tensor.  Nothing
+ * records the world size: a lost rank file whose chunks all end their
+ * tensors is indistinguishable from smaller tensors (to torch's reader
+ * too); one from the middle leaves holes and is refused.
  */
 #ifndef US_ST_DCP_H
 #define US_ST_DCP_H
