@@ -588,7 +588,7 @@ static void us_statfs(fuse_req_t req, fuse_ino_t ino)
 	s.f_frsize = 4096;
 	/* Inodes, not names: a tied tensor is counted once (tree.c). */
 	s.f_blocks = (t->total_bytes + 4095) / 4096;
-	s.f_files = t->n;
+	s.f_files = t->total_inodes;
 	s.f_namemax = 255;
 	s.f_flag = ST_RDONLY;
 	fuse_reply_statfs(req, &s);

@@ -274,14 +274,17 @@ out:
 }
 
 /* statfs and du count inodes, not names: a tied tensor counts once. */
-static uint64_t tree_total_bytes(const struct us_tree *t)
+/* statfs's totals: bytes and inodes of what has a name (a tensor whose
+ * name cannot be a file name has a node and no link). */
+static void tree_totals(struct us_tree *t)
 {
-	uint64_t sum = 0;
-
-	for (size_t i = 0; i < t->n; i++)
-		if (t->nodes[i].kind != US_NODE_DIR && t->nodes[i].nlink)
-			sum += t->nodes[i].size;
-	return sum;
+	for (size_t i = 0; i < t->n; i++) {
+		if (!t->nodes[i].nlink)
+			continue;
+		t->total_inodes++;
+		if (t->nodes[i].kind != US_NODE_DIR)
+			t->total_bytes += t->nodes[i].size;
+	}
 }
 
 /* Size both arrays for everything up front: with 100k tensors, doubling
@@ -356,7 +359,7 @@ int us_tree_build(struct us_tree *t, struct us_view *const *views,
 		goto out;
 	if (tree_link_dirs(&b) < 0)
 		goto out;
-	t->total_bytes = tree_total_bytes(t);
+	tree_totals(t);
 	rc = 0;
 out:
 	free(b.links);

@@ -76,6 +76,7 @@ struct us_tree {
 	mode_t view_perm;        /* views and tensors/: read bits of all sources */
 	int srcfd;               /* SOURCE directory, or -1 */
 	uint64_t total_bytes;    /* for statfs: every inode counted once */
+	uint64_t total_inodes;   /* for statfs: the nodes that have a name */
 	struct us_readahead *ra; /* the views' sources read ahead, or NULL */
 	bool direct_io;          /* --direct-io=on (ops.c, init_ext.h) */
 };

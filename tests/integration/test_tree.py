@@ -164,3 +164,21 @@ def test_a_file_source_gives_searchable_directories(tmp_path):
         modes = {p: st.S_IMODE(os.stat(os.path.join(mnt, p)).st_mode)
                  for p in (".", "tensors", "model.safetensors")}
     assert modes == {".": 0o555, "tensors": 0o555, "model.safetensors": 0o444}, modes
+
+
+def test_statfs_counts_the_inodes_that_can_be_reached(tmp_path):
+    """A tensor whose name is longer than a file name may be has no file in tensors/:
+    statfs's f_files must not count it."""
+    import torch
+    from safetensors.torch import save_file
+    src = tmp_path / "src"
+    src.mkdir()
+    save_file({"a": torch.ones(2), "b" * 300: torch.zeros(3), "c": torch.ones(2)},
+              str(src / "model.safetensors"))
+    with mount(str(src)) as mnt:
+        seen = {os.stat(mnt).st_ino}
+        for dp, dns, fns in os.walk(mnt):
+            for n in dns + fns:
+                seen.add(os.stat(os.path.join(dp, n)).st_ino)
+        files = os.statvfs(mnt).f_files
+    assert files == len(seen), (files, len(seen))
