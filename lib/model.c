@@ -77,6 +77,13 @@ bool us_sd_is_consumed(const struct us_statedict *sd, const char *relpath)
 	return false;
 }
 
+void us_sd_unconsume(struct us_statedict *sd, const char *relpath)
+{
+	for (size_t i = 0; i < sd->nconsumed; i++)
+		if (strcmp(sd->consumed[i], relpath) == 0)
+			sd->consumed[i] = sd->consumed[--sd->nconsumed];
+}
+
 enum us_status us_sd_consume(struct us_statedict *sd, const char *relpath)
 {
 	char *copy;

@@ -151,6 +151,11 @@ enum us_status us_sd_open_file(struct us_statedict *sd, int dirfd,
  * checkpoint so that it is not passed through. */
 enum us_status us_sd_consume(struct us_statedict *sd, const char *relpath);
 bool us_sd_is_consumed(const struct us_statedict *sd, const char *relpath);
+/* us_sd_unconsume - pass @relpath through after all: a lone weights file
+ * whose name loaders look for (adapter_model.safetensors of PEFT,
+ * diffusion_pytorch_model.safetensors of diffusers) stays visible beside
+ * the views made from it. */
+void us_sd_unconsume(struct us_statedict *sd, const char *relpath);
 
 /*
  * us_sd_add_tensor - append a tensor with room for @nchunks chunks, each with

@@ -294,41 +294,71 @@ static enum us_status st_read_one(struct us_statedict *sd, int dirfd,
 
 /* ---- directory ----------------------------------------------------------- */
 
-static enum us_status st_read_dir(struct us_statedict *sd, int dirfd,
-				  struct us_err *err)
+static bool has_name(char **names, size_t n, const char *name)
 {
-	struct us_st_pieces *pieces;
-	const char *index;
-	char **names;
-	size_t n;
-	bool any = false;
-	enum us_status rc;
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(names[i], name))
+			return true;
+	return false;
+}
 
-	if (us_dirlist(dirfd, &names, &n) != US_OK)
-		return us_err_set(err, US_E_IO, ".", "cannot list the directory");
-	rc = us_index_find(names, n, "model" ST_INDEX_SUFFIX, ST_INDEX_SUFFIX,
-			   &index, err);
-	if (rc == US_OK && index) {
-		rc = us_index_read(sd, dirfd, index, st_read_one, err);
-		goto out;
-	}
-	/* Without an index the files may be one DCP save's per-rank shards,
-	 * whose chunks of a name make one tensor (st_dcp.h). */
-	pieces = us_st_pieces_new();
+/* Every *.safetensors file of a directory without an index: one model in
+ * several files, or one DCP save's per-rank shards, whose chunks of a name
+ * make one tensor (st_dcp.h).  A lone file stays visible too unless it is
+ * the view's own name (us_sd_unconsume says why). */
+static enum us_status st_read_all(struct us_statedict *sd, int dirfd,
+				  char **names, size_t n, struct us_err *err)
+{
+	struct us_st_pieces *pieces = us_st_pieces_new();
+	const char *last = NULL;
+	size_t read = 0;
+	enum us_status rc = US_OK;
+
 	if (!pieces)
-		rc = us_err_set(err, US_E_NOMEM, ".", "out of memory");
+		return us_err_set(err, US_E_NOMEM, ".", "out of memory");
 	for (size_t i = 0; rc == US_OK && i < n; i++) {
 		if (!us_path_has_suffix(names[i], ST_SUFFIX))
 			continue;
 		rc = st_read_file(sd, dirfd, names[i], pieces, err);
-		any = true;
+		last = names[i];
+		read++;
 	}
-	if (rc == US_OK && !any)
+	if (rc == US_OK && !read)
 		rc = us_err_set(err, US_E_FORMAT, ".",
 				"no *.safetensors file in the directory");
 	if (rc == US_OK)
 		rc = us_st_pieces_commit(pieces, sd, err);
 	us_st_pieces_free(pieces);
+	if (rc == US_OK && read == 1)
+		us_sd_unconsume(sd, last);
+	return rc;
+}
+
+/*
+ * transformers' order: model.safetensors if it is there (the rest of the
+ * directory -- a stale index and its shards, an adapter -- passes
+ * through), else the index, else every *.safetensors file.
+ */
+static enum us_status st_read_dir(struct us_statedict *sd, int dirfd,
+				  struct us_err *err)
+{
+	const char *index;
+	char **names;
+	size_t n;
+	enum us_status rc;
+
+	if (us_dirlist(dirfd, &names, &n) != US_OK)
+		return us_err_set(err, US_E_IO, ".", "cannot list the directory");
+	if (has_name(names, n, "model" ST_SUFFIX)) {
+		rc = st_read_one(sd, dirfd, "model" ST_SUFFIX, err);
+		goto out;
+	}
+	rc = us_index_find(names, n, "model" ST_INDEX_SUFFIX, ST_INDEX_SUFFIX,
+			   &index, err);
+	if (rc == US_OK && index)
+		rc = us_index_read(sd, dirfd, index, st_read_one, err);
+	else if (rc == US_OK)
+		rc = st_read_all(sd, dirfd, names, n, err);
 out:
 	us_dirlist_free(names, n);
 	return rc;

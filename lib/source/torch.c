@@ -541,12 +541,20 @@ static enum us_status torch_read_dir(struct us_statedict *sd, int dirfd,
 
 	if (us_dirlist(dirfd, &names, &n) != US_OK)
 		return us_err_set(err, US_E_IO, ".", "cannot list the directory");
-	rc = us_index_find(names, n, "pytorch_model" TORCH_INDEX_SUFFIX,
-			   TORCH_INDEX_SUFFIX, &index, err);
-	if (rc == US_OK && index)
+	/* transformers' order: pytorch_model.bin, then the index */
+	for (size_t i = 0; i < n && !pick; i++)
+		if (!strcmp(names[i], "pytorch_model.bin"))
+			pick = names[i];
+	rc = pick ? US_OK : us_index_find(names, n, "pytorch_model" TORCH_INDEX_SUFFIX,
+					  TORCH_INDEX_SUFFIX, &index, err);
+	if (rc == US_OK && index) {
 		rc = us_index_read(sd, dirfd, index, torch_read_checked, err);
-	else if (rc == US_OK && (rc = pick_single(names, n, &pick, err)) == US_OK)
+	} else if (rc == US_OK && (pick || (rc = pick_single(names, n, &pick, err)) == US_OK)) {
 		rc = torch_read_checked(sd, dirfd, pick, err);
+		/* a lone file under another name stays visible (model.h) */
+		if (rc == US_OK && strcmp(pick, "pytorch_model.bin") != 0)
+			us_sd_unconsume(sd, pick);
+	}
 	us_dirlist_free(names, n);
 	return rc;
 }

@@ -53,3 +53,90 @@ def test_source_through_a_symlink(tmp_path):
     assert got.keys() == want.keys()
     for k in want:
         assert torch.equal(got[k], want[k]), k
+
+
+# ---------------------------------------------------------------- what loaders look for
+# A directory is read the way transformers loads it: model.safetensors (or
+# pytorch_model.bin) first, then the index, then every weights file; a lone weights
+# file under another name (PEFT's adapter_model.safetensors, diffusers'
+# diffusion_pytorch_model.safetensors) stays visible beside the views made from it.
+
+def _tensors(seed, names):
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    return {n: torch.randn(3, 4, generator=g) for n in names}
+
+
+def _load(path):
+    from safetensors.torch import load_file
+    return {k: v.clone() for k, v in load_file(path).items()}
+
+
+def _same(a, b):
+    import torch
+    return sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("name", ["adapter_model.safetensors",
+                                  "diffusion_pytorch_model.safetensors"])
+def test_lone_file_under_its_own_name_stays_visible(tmp_path, name):
+    from safetensors.torch import save_file
+    src = tmp_path / "src"
+    src.mkdir()
+    sd = _tensors(1, ["base_model.model.q.lora_A.weight", "base_model.model.q.lora_B.weight"])
+    save_file(sd, str(src / name))
+    (src / "adapter_config.json").write_text("{}\n")
+    with mount(str(src)) as mnt:
+        top = sorted(os.listdir(mnt))
+        with open(src / name, "rb") as f, open(os.path.join(mnt, name), "rb") as g:
+            assert f.read() == g.read()
+        assert _same(_load(os.path.join(mnt, "model.safetensors")), sd)
+    assert name in top and "model.safetensors" in top, top
+
+
+def test_lone_torch_file_under_its_own_name_stays_visible(tmp_path):
+    import torch
+    src = tmp_path / "src"
+    src.mkdir()
+    torch.save(_tensors(2, ["w"]), str(src / "adapter_model.bin"))
+    with mount(str(src)) as mnt:
+        assert {"adapter_model.bin", "pytorch_model.bin"} <= set(os.listdir(mnt))
+
+
+def test_model_safetensors_wins_over_an_index_and_other_files(tmp_path):
+    """A stale index with its shards, an adapter beside the model: transformers loads
+    model.safetensors, and so does the mount; the rest passes through."""
+    import json
+    from safetensors.torch import save_file
+    src = tmp_path / "src"
+    src.mkdir()
+    model = _tensors(3, ["a.weight", "b.weight"])
+    save_file(model, str(src / "model.safetensors"))
+    old = _tensors(4, ["a.weight", "b.weight"])
+    save_file({"a.weight": old["a.weight"]}, str(src / "model-00001-of-00002.safetensors"))
+    save_file({"b.weight": old["b.weight"]}, str(src / "model-00002-of-00002.safetensors"))
+    (src / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {"a.weight": "model-00001-of-00002.safetensors",
+                                        "b.weight": "model-00002-of-00002.safetensors"}}))
+    save_file(_tensors(5, ["q.lora_A.weight"]), str(src / "adapter_model.safetensors"))
+    with mount(str(src)) as mnt:
+        got = _load(os.path.join(mnt, "model.safetensors"))
+        top = set(os.listdir(mnt))
+    assert _same(got, model)
+    assert {"model.safetensors.index.json", "model-00001-of-00002.safetensors",
+            "adapter_model.safetensors"} <= top, top
+
+
+def test_pytorch_model_bin_wins_over_an_index(tmp_path):
+    import json
+    import torch
+    src = tmp_path / "src"
+    src.mkdir()
+    model = _tensors(6, ["a.weight"])
+    torch.save(model, str(src / "pytorch_model.bin"))
+    torch.save(_tensors(7, ["a.weight"]), str(src / "pytorch_model-00001-of-00001.bin"))
+    (src / "pytorch_model.bin.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {"a.weight": "pytorch_model-00001-of-00001.bin"}}))
+    with mount(str(src)) as mnt:
+        got = _load(os.path.join(mnt, "model.safetensors"))
+    assert _same(got, model)
