@@ -21,6 +21,7 @@
 
 #include "msg.h"
 #include "progress.h"
+#include "source/source.h" /* us_dirlist */
 
 #define EXPORT_PIECE (4u << 20)
 #define EXIT_USAGE 1
@@ -31,6 +32,7 @@ struct out_file {
 	char *path;  /* the final name; NULL for stdout */
 	char *tmp;   /* "<path>.tmp.<pid>" while it is being written */
 	int fd;
+	bool direct; /* OUT is a device or a FIFO: written in place */
 };
 
 static volatile sig_atomic_t caught;
@@ -75,7 +77,7 @@ static char *join(const char *a, const char *sep, const char *b)
 static void files_free(struct out_file *f, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		if (f[i].fd >= 0 && f[i].path)
+		if (f[i].fd >= 0 && (f[i].path || f[i].direct))
 			close(f[i].fd);
 		if (f[i].tmp)
 			unlink(f[i].tmp); /* still there only when not renamed */
@@ -99,7 +101,8 @@ static int out_is_dir(const struct us_opts *o, bool *dir)
 		}
 		return 0;
 	}
-	*dir = o->max_shard_size != 0;
+	/* "new/" names a directory to make, as for several files */
+	*dir = o->max_shard_size != 0 || o->out[strlen(o->out) - 1] == '/';
 	if (*dir && mkdir(o->out, 0777) < 0) {
 		us_msg(LOG_ERR, "%s: %s", o->out, strerror(errno));
 		return EXIT_FAILED;
@@ -119,12 +122,41 @@ static int open_tmp(struct out_file *f)
 	}
 	f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
 	if (f->fd < 0) {
-		us_msg(LOG_ERR, "%s: %s", f->tmp, strerror(errno));
+		us_msg(LOG_ERR, "%s: %s", f->path, strerror(errno));
 		free(f->tmp);
 		f->tmp = NULL;
 		return EXIT_FAILED;
 	}
 	return 0;
+}
+
+/*
+ * OUT a file: an existing device or FIFO (/dev/null, a pipe) is written in
+ * place -- replacing it by a rename would put a regular file where the
+ * device was; a symlink's target is what gets replaced, not the link.
+ */
+static int plan_one(const char *out, struct out_file *f)
+{
+	struct stat st;
+
+	if (stat(out, &st) == 0 && !S_ISREG(st.st_mode)) {
+		f->path = strdup(out);
+		f->direct = true;
+		f->fd = f->path ? open(out, O_WRONLY | O_CLOEXEC) : -1;
+		if (f->fd < 0) {
+			us_msg(LOG_ERR, "%s: %s", out, strerror(f->path ? errno : ENOMEM));
+			return EXIT_FAILED;
+		}
+		return 0;
+	}
+	f->path = realpath(out, NULL); /* through a symlink to its file */
+	if (!f->path)
+		f->path = strdup(out);
+	if (!f->path) {
+		us_msg(LOG_ERR, "%s: out of memory", out);
+		return EXIT_FAILED;
+	}
+	return open_tmp(f);
 }
 
 /* Name every output and open its temporary (stdout: no name, no temp). */
@@ -147,6 +179,8 @@ static int plan_files(const struct us_opts *o, struct us_view *const *views,
 	}
 	if ((rc = out_is_dir(o, &dir)) != 0)
 		return rc;
+	if (!dir && n == 1)
+		return plan_one(o->out, &f[0]);
 	for (size_t i = 0; i < n; i++) {
 		f[i].path = dir ? join(o->out, "/", views[i]->name)
 				: strdup(o->out);
@@ -213,8 +247,8 @@ static int finish_one(struct out_file *f)
 	int fd = f->fd;
 
 	f->fd = -1;
-	if (fsync(fd) < 0 || close(fd) < 0) {
-		us_msg(LOG_ERR, "%s: %s", f->tmp, strerror(errno));
+	if ((!f->direct && fsync(fd) < 0) || close(fd) < 0) {
+		us_msg(LOG_ERR, "%s: %s", f->path, strerror(errno));
 		return EXIT_FAILED;
 	}
 	return 0;
@@ -247,6 +281,8 @@ static int publish(struct out_file *f, size_t n)
 	/* In order: the sharded set's index is last, so it names only shards
 	 * that are already in place. */
 	for (size_t i = 0; i < n; i++) {
+		if (f[i].direct)
+			continue; /* written in place */
 		if (rename(f[i].tmp, f[i].path) < 0) {
 			us_msg(LOG_ERR, "%s: %s", f[i].path, strerror(errno));
 			return EXIT_FAILED;
@@ -256,6 +292,60 @@ static int publish(struct out_file *f, size_t n)
 	}
 	sync_parent(f[n - 1].path);
 	return 0;
+}
+
+/* "<stem>-NNNNN-of-NNNNN<ext>": a shard name as save_pretrained writes it;
+ * *@stem_len is the length of <stem>. */
+static bool shard_name(const char *name, size_t *stem_len)
+{
+	const char *of = strstr(name, "-of-");
+
+	if (!of || of - name < 6 || of[-6] != '-')
+		return false;
+	for (int i = 1; i <= 5; i++)
+		if (of[-i] < '0' || of[-i] > '9' || of[4 + i - 1] < '0' || of[4 + i - 1] > '9')
+			return false;
+	*stem_len = (size_t)(of - 6 - name);
+	return of[9] == '.';
+}
+
+static bool written(const struct out_file *f, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(strrchr(f[i].path, '/') + 1, name))
+			return true;
+	return false;
+}
+
+/*
+ * As save_pretrained cleans its folder: shards of an earlier export into
+ * this directory (same stem and suffix, another count) would sit beside
+ * the new set under names no index lists -- or, worse, the ones it lists.
+ */
+static void remove_stale_shards(const struct us_opts *o, const struct out_file *f,
+				size_t n)
+{
+	const char *first = strrchr(f[0].path, '/') + 1, *ext;
+	size_t stem, s2;
+	char **names;
+	size_t nn;
+	int dfd;
+
+	if (!shard_name(first, &stem) || !(ext = strrchr(first, '.')))
+		return;
+	dfd = open(o->out, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return;
+	if (us_dirlist(dfd, &names, &nn) == US_OK) {
+		for (size_t i = 0; i < nn; i++)
+			if (shard_name(names[i], &s2) && s2 == stem &&
+			    !strncmp(names[i], first, stem) &&
+			    !strcmp(strrchr(names[i], '.'), ext) &&
+			    !written(f, n, names[i]))
+				unlinkat(dfd, names[i], 0);
+		us_dirlist_free(names, nn);
+	}
+	close(dfd);
 }
 
 static uint64_t total_size(struct us_view *const *views, size_t n)
@@ -288,6 +378,8 @@ int us_export(const struct us_opts *o, struct us_view *const *views, size_t n)
 		rc = write_one(&f[i], buf, &p);
 	if (rc == 0 && f[0].path)
 		rc = publish(f, n);
+	if (rc == 0 && n > 1)
+		remove_stale_shards(o, f, n);
 	if (rc == 0)
 		us_progress_end(&p);
 	else if (p.on)

@@ -105,6 +105,8 @@ static bool parse_size(const char *s, uint64_t *out)
 	unsigned long long v;
 	unsigned shift = 0;
 
+	if (*s < '0' || *s > '9')
+		return false; /* strtoull takes " 5", "+5" and "-1" (as 2^64 - 1) */
 	errno = 0;
 	v = strtoull(s, &end, 10);
 	if (errno || end == s)
@@ -128,10 +130,10 @@ static bool is_device(const char *v)
 
 	if (!strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "cuda"))
 		return true;
-	if (strncmp(v, "cuda:", 5) != 0 || !v[5])
-		return false;
-	strtoul(v + 5, &end, 10);
-	return *end == '\0';
+	if (strncmp(v, "cuda:", 5) != 0 || v[5] < '0' || v[5] > '9')
+		return false; /* digits only: strtoul takes "-1" */
+	errno = 0;
+	return strtoul(v + 5, &end, 10) <= 4096 && !errno && *end == '\0';
 }
 
 /* --name=value options; returns 1 if handled, 0 if not ours, -1 on error. */

@@ -775,7 +775,8 @@ static enum us_status read_tensors(struct dcp *d, const struct us_pk *root)
 	US_TRY(load_items(d, storage));
 	d->bare_optim = is_bare_optimizer(d, smd);
 	d->optim_only |= d->bare_optim;
-	if (!d->optim_only)
+	/* --no-unwrap keeps the container level too (names.h) */
+	if (!d->optim_only && !(d->sd->names && d->sd->names->no_unwrap))
 		US_TRY(choose_strip(d, smd));
 	for (size_t i = 0; smd->coll && i < smd->coll->keys.n; i++) {
 		const struct us_pk *k = smd->coll->keys.v[i];

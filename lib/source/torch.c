@@ -458,7 +458,8 @@ static enum us_status torch_read_file(struct us_statedict *sd, int dirfd,
 		rc = us_err_set(err, US_E_FORMAT, relpath, "%s", why);
 		goto out;
 	}
-	model = model_root(ta.root);
+	/* --no-unwrap keeps the container level too (names.h) */
+	model = sd->names && sd->names->no_unwrap ? ta.root : model_root(ta.root);
 	before = sd->ntensors + (sd->optim ? sd->optim->ntensors : 0);
 	rc = walk(&w, model, &name, 0, model == ta.root);
 	if (rc == US_OK)

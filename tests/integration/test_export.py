@@ -6,6 +6,7 @@ statuses of the mount: 0 done, 1 usage, 2 the checkpoint cannot be served or wri
 Also here: two mounts of one source at once (the multi-node pattern of docs/troubleshooting.md).
 """
 import filecmp
+import json
 import glob
 import os
 import pty
@@ -183,3 +184,71 @@ def test_two_mounts_of_one_source_are_independent():
             whole = f.read()
         assert len(whole) == os.path.getsize(os.path.join(a, "model.safetensors"))
         assert os.listdir(b)
+
+
+def test_export_into_a_device_a_fifo_and_through_a_symlink(tmp_path):
+    """OUT an existing device or FIFO is written in place (a rename used to put a
+    regular file where /dev/null was); a symlink's target is replaced, not the link."""
+    import stat as st
+    import threading
+    src = SOURCES["single"]
+    with mount(src) as mnt:
+        with open(os.path.join(mnt, "model.safetensors"), "rb") as f:
+            want = f.read()
+    dev = str(tmp_path / "null")
+    os.mknod(dev, 0o666 | st.S_IFCHR, os.makedev(1, 3))
+    assert run_cli("export", src, dev).returncode == 0
+    assert st.S_ISCHR(os.stat(dev).st_mode)
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo)
+    got = []
+    t = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+    t.start()
+    r = run_cli("export", src, fifo)
+    t.join(10)
+    assert r.returncode == 0 and got == [want] and st.S_ISFIFO(os.stat(fifo).st_mode)
+    real, link = tmp_path / "real.st", tmp_path / "link.st"
+    real.write_bytes(b"old")
+    link.symlink_to(real)
+    assert run_cli("export", src, str(link)).returncode == 0
+    assert os.path.islink(link) and real.read_bytes() == want
+
+
+def test_export_to_a_new_directory_and_errors_name_the_output(tmp_path):
+    r = run_cli("export", SOURCES["single"], str(tmp_path / "new") + "/")
+    assert r.returncode == 0 and os.listdir(tmp_path / "new") == ["model.safetensors"]
+    r = run_cli("export", SOURCES["single"], str(tmp_path / "missing" / "x.st"))
+    assert r.returncode == 2 and ".tmp." not in r.stderr
+    assert r.stderr.startswith(f"unshardfs: {tmp_path / 'missing' / 'x.st'}: "), r.stderr
+
+
+def test_reexport_removes_stale_shards(tmp_path):
+    """As save_pretrained does: the shards of an earlier export (another count) go;
+    other files stay."""
+    out = tmp_path / "out"
+    assert run_cli("export", "--max-shard-size=20K", SOURCES["sample"], str(out)).returncode == 0
+    before = set(os.listdir(out))
+    (out / "notes.txt").write_text("mine")
+    assert run_cli("export", "--max-shard-size=100K", SOURCES["sample"], str(out)).returncode == 0
+    after = set(os.listdir(out))
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    shards = set(index["weight_map"].values())
+    assert after == shards | {"model.safetensors.index.json", "notes.txt"}, sorted(after)
+    assert before - after  # the old set was another one
+
+
+@pytest.mark.parametrize("opt", ["--cache-size=-1", "--cache-size=+5", "--max-shard-size=-5",
+                                 "--device=cuda:-1", "--device=cuda:99999999999999999999"])
+def test_signed_and_wrapped_numbers_are_usage_errors(opt):
+    r = run_cli("inspect", opt, SOURCES["single"])
+    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, (r.returncode, r.stderr)
+
+
+def test_no_unwrap_keeps_the_container_level():
+    """--no-unwrap keeps source names exactly, the container key ("model") included."""
+    for src, want in ((os.path.join(FIXTURES, "torch", "fsdp2_2rank"), "model.blocks.0.lin1.bias"),
+                      (os.path.join(FIXTURES, "torch", "ddp_compile.pt"),
+                       "model.module._orig_mod.blocks.0.lin1.bias")):
+        r = run_cli("inspect", "--json", "--no-unwrap", src)
+        names = {t["name"] for t in json.loads(r.stdout)["tensors"]}
+        assert want in names, sorted(names)[:4]
