@@ -264,7 +264,7 @@ static int add_fuse_opt(struct us_opts *o, const char *v)
 
 	if (!v)
 		return usage_error("%s needs an argument", "-o");
-	if (o->export_cmd)
+	if (o->export_cmd || o->inspect)
 		return usage_error("%s is a mount option", "-o");
 	for (p = v; ; p++) {
 		if (*p == '\\' && p[1]) {
@@ -285,7 +285,7 @@ static int parse_short(struct us_opts *o, int argc, char **argv, int *i)
 {
 	const char *a = argv[*i];
 
-	if ((!strcmp(a, "-f") || !strcmp(a, "-d")) && o->export_cmd)
+	if ((!strcmp(a, "-f") || !strcmp(a, "-d")) && (o->export_cmd || o->inspect))
 		return usage_error("%s is a mount option", a);
 	if (!strcmp(a, "-f"))
 		return o->foreground = true, 0;

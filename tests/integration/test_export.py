@@ -252,3 +252,11 @@ def test_no_unwrap_keeps_the_container_level():
         r = run_cli("inspect", "--json", "--no-unwrap", src)
         names = {t["name"] for t in json.loads(r.stdout)["tensors"]}
         assert want in names, sorted(names)[:4]
+
+
+@pytest.mark.parametrize("cmd", ["inspect", "export"])
+@pytest.mark.parametrize("opt", [["-f"], ["-d"], ["-o", "allow_other"]], ids=["f", "d", "o"])
+def test_mount_options_are_usage_errors_elsewhere(cmd, opt, tmp_path):
+    args = [cmd, *opt, SOURCES["single"]] + ([str(tmp_path / "x")] if cmd == "export" else [])
+    r = run_cli(*args)
+    assert r.returncode == 1 and "is a mount option" in r.stderr, (r.returncode, r.stderr)
