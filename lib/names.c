@@ -128,6 +128,16 @@ static char *unwrap_optim_name(const char *name, const struct us_names_opts *o)
 	return out;
 }
 
+void us_unwrap_json_groups(cJSON *groups, const struct us_names_opts *o)
+{
+	cJSON *g;
+
+	cJSON_ArrayForEach(g, groups) {
+		us_unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "params"), o);
+		us_unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "param_names"), o);
+	}
+}
+
 void us_unwrap_json_optim_keys(cJSON *obj, const struct us_names_opts *o)
 {
 	cJSON *fresh = cJSON_CreateObject();

@@ -48,6 +48,10 @@ bool us_is_optimizer_container(const char *key);
 struct cJSON;
 void us_unwrap_json_names(struct cJSON *list, const struct us_names_opts *o);
 
+/* us_unwrap_json_groups - the same for the "params" and "param_names"
+ * lists of each of an optimizer's JSON param @groups. */
+void us_unwrap_json_groups(struct cJSON *groups, const struct us_names_opts *o);
+
 /* us_unwrap_json_optim_keys - unwrap the <param> of every
  * "state.<param>.<slot>" key of the JSON object @obj (optimizer scalars). */
 void us_unwrap_json_optim_keys(struct cJSON *obj, const struct us_names_opts *o);

@@ -677,16 +677,6 @@ static bool tree_put(cJSON *root, const struct us_pk *path, size_t from,
 	return false;
 }
 
-static void unwrap_params(cJSON *groups, const struct us_names_opts *o)
-{
-	cJSON *g;
-
-	cJSON_ArrayForEach(g, groups) {
-		us_unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "params"), o);
-		us_unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "param_names"), o);
-	}
-}
-
 static enum us_status add_optim_value(struct dcp *d, const char *fqn)
 {
 	const struct us_pk *path = planner_path(d, fqn);
@@ -936,7 +926,7 @@ static enum us_status finish_optim_json(struct us_statedict *sd, cJSON *tree,
 	if (name_optim_ids(sd->optim, groups, scalars) != US_OK)
 		return US_E_NOMEM;
 	us_unwrap_json_optim_keys(scalars, names);
-	unwrap_params(groups, names);
+	us_unwrap_json_groups(groups, names);
 	sd->optim_json = cJSON_Print(tree);
 	return sd->optim_json ? US_OK : US_E_NOMEM;
 }

@@ -400,11 +400,7 @@ static enum us_status read_optimizer(struct walk *w, const struct us_pk *root)
 		rc = us_err_set(w->err, US_E_NOMEM, ".", "out of memory");
 	/* ids -> names, then every name unwrapped */
 	us_idnames_name_params(jgroups, &ids);
-	for (cJSON *g = jgroups->child; g; g = g->next) {
-		us_unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "params"), w->sd->names);
-		us_unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "param_names"),
-				     w->sd->names);
-	}
+	us_unwrap_json_groups(jgroups, w->sd->names);
 	for (size_t i = 0; us_pk_is_dictlike(state) && rc == US_OK &&
 			   i < state->coll->keys.n; i++) {
 		const struct us_pk *id = state->coll->keys.v[i];
