@@ -21,10 +21,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../codec/json.h"
 #include "../codec/pk2json.h"
 #include "../io.h"
 #include "../path.h"
-#include "../codec/json.h"
 #include "dcp_zstd.h"
 #include "idnames.h"
 #include "torchpkl.h"
@@ -681,11 +681,10 @@ static enum us_status add_optim_value(struct dcp *d, const char *fqn)
 {
 	const struct us_pk *path = planner_path(d, fqn);
 	cJSON *v = byte_item_value(d, fqn), *scalars;
+	size_t from = d->bare_optim ? 0 : 1; /* past the container key */
 
 	if (!v)
 		return us_err_set(d->err, US_E_NOMEM, d->metapath, "out of memory");
-	size_t from = d->bare_optim ? 0 : 1; /* past the container key */
-
 	if (path && us_pk_is_str(us_pk_at(path, from), "param_groups") &&
 	    tree_put(d->optim_tree, path, from, v, d->json_budget))
 		return US_OK;
@@ -819,7 +818,6 @@ static enum us_status read_dcp_dir(struct us_statedict *sd, int dirfd,
 	return rc;
 }
 
-/* The optimizer's non-tensor state as optimizer.json, if there is any. */
 /* The groups' "params" and "param_names" side by side (torch >= 2.6, an
  * optimizer built from named_parameters()), as a table (idnames.h). */
 static int param_table(const cJSON *groups, struct us_idnames *t)
@@ -844,52 +842,57 @@ static int param_table(const cJSON *groups, struct us_idnames *t)
 	return 0;
 }
 
-/* "state.<id>.<slot>" -> "state.<name>.<slot>" where @t names the id. */
+/* "state.<id><rest>" -> "state.<name of id><rest>", allocated by @alloc;
+ * NULL (and *@oom false) when @key is not that or @ids does not name the
+ * id. */
+static char *named_state_key(const char *key, const struct us_idnames *ids,
+			     void *(*alloc)(size_t), bool *oom)
+{
+	char *end, *out;
+	const char *pn;
+	size_t n;
+
+	*oom = false;
+	if (strncmp(key, "state.", 6) != 0)
+		return NULL;
+	pn = us_idnames_get(ids, strtoll(key + 6, &end, 10));
+	if (end == key + 6 || *end != '.' || !pn)
+		return NULL;
+	n = strlen(pn) + strlen(end) + 7;
+	if (!(out = alloc(n)))
+		return *oom = true, NULL;
+	snprintf(out, n, "state.%s%s", pn, end);
+	return out;
+}
+
+/* An optimizer tensor's "state.<id>.<slot>" name, renamed (source_name
+ * stays the key, for messages). */
 static enum us_status rename_state(struct us_statedict *o, struct us_tensor *t,
 				   const struct us_idnames *ids)
 {
-	char *end, *name;
-	const char *pn;
-	long long id;
+	bool oom;
+	char *name = named_state_key(t->name, ids, malloc, &oom);
 
-	if (strncmp(t->name, "state.", 6) != 0)
-		return US_OK;
-	id = strtoll(t->name + 6, &end, 10);
-	if (end == t->name + 6 || *end != '.' || !(pn = us_idnames_get(ids, id)))
-		return US_OK;
-	if (asprintf(&name, "state.%s%s", pn, end) < 0)
-		return US_E_NOMEM;
-	t->name = us_arena_strdup(&o->arena, name); /* source_name: the key */
+	if (name)
+		t->name = us_arena_strdup(&o->arena, name);
 	free(name);
-	return t->name ? US_OK : US_E_NOMEM;
+	return oom || !t->name ? US_E_NOMEM : US_OK;
 }
 
-/*
- * A plain optimizer.state_dict() saved through DCP keys its state by
- * position: "state.<id>.<slot>".  Where param_names say which parameter an
- * id is, the tensors and "params" get the names instead, as the torch.save
- * reader gives them (torch.c); unwrapping follows (source.c).  Lists are
- * walked by pointer: indexing a cJSON array is linear.
- */
 /* The same for the keys of the per-parameter scalars ("state.0.step"). */
 static enum us_status name_scalar_ids(cJSON *scalars, const struct us_idnames *ids)
 {
 	for (cJSON *it = scalars ? scalars->child : NULL; it; it = it->next) {
-		char *end, *name;
-		const char *pn;
-		long long id;
-		size_t n;
-
-		if (!it->string || strncmp(it->string, "state.", 6) != 0)
-			continue;
-		id = strtoll(it->string + 6, &end, 10);
-		if (end == it->string + 6 || *end != '.' || !(pn = us_idnames_get(ids, id)))
-			continue;
+		bool oom;
 		/* a key is freed by cJSON: allocated by it */
-		n = strlen(pn) + strlen(end) + 7;
-		if (!(name = cJSON_malloc(n)))
-			return US_E_NOMEM;
-		snprintf(name, n, "state.%s%s", pn, end);
+		char *name = it->string ?
+			named_state_key(it->string, ids, cJSON_malloc, &oom) : NULL;
+
+		if (!name) {
+			if (it->string && oom)
+				return US_E_NOMEM;
+			continue;
+		}
 		if (!(it->type & cJSON_StringIsConst))
 			cJSON_free(it->string);
 		it->type &= ~cJSON_StringIsConst;
@@ -898,6 +901,12 @@ static enum us_status name_scalar_ids(cJSON *scalars, const struct us_idnames *i
 	return US_OK;
 }
 
+/*
+ * A plain optimizer.state_dict() saved through DCP keys its state by
+ * position: "state.<id>.<slot>".  Where param_names say which parameter an
+ * id is, the tensors, the scalars and "params" get the names instead, as
+ * the torch.save reader gives them (torch.c); unwrapping follows.
+ */
 static enum us_status name_optim_ids(struct us_statedict *o, cJSON *groups,
 				     cJSON *scalars)
 {
@@ -914,15 +923,15 @@ static enum us_status name_optim_ids(struct us_statedict *o, cJSON *groups,
 	return rc;
 }
 
+/* The optimizer's non-tensor state as optimizer.json, if there is any. */
 static enum us_status finish_optim_json(struct us_statedict *sd, cJSON *tree,
 					const struct us_names_opts *names)
 {
 	cJSON *groups = cJSON_GetObjectItemCaseSensitive(tree, "param_groups");
-
-	if (!groups && !cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(tree, "scalars")))
-		return US_OK;
 	cJSON *scalars = cJSON_GetObjectItemCaseSensitive(tree, "scalars");
 
+	if (!groups && !cJSON_GetArraySize(scalars))
+		return US_OK;
 	if (name_optim_ids(sd->optim, groups, scalars) != US_OK)
 		return US_E_NOMEM;
 	us_unwrap_json_optim_keys(scalars, names);

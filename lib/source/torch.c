@@ -17,10 +17,10 @@
 #include <unistd.h>
 
 #include "../codec/jsonw.h"
+#include "../codec/json.h"
 #include "../codec/pk2json.h"
 #include "../io.h"
 #include "../path.h"
-#include "../codec/json.h"
 #include "idnames.h"
 #include "index.h"
 #include "torchpkl.h"
@@ -107,6 +107,7 @@ static enum us_status walk_child(struct walk *w, const struct us_pk *k,
 	size_t mark = name->len;
 	uint32_t budget = MAX_WALK_VISITS - w->visits;
 	enum us_status rc;
+	bool holds;
 
 	if (mark)
 		us_sbuf_putc(name, '.');
@@ -116,10 +117,9 @@ static enum us_status walk_child(struct walk *w, const struct us_pk *k,
 			name->p[mark] = '\0';
 		/* Not a name a state dict can have: skipped, unless tensors
 		 * live under it (dropping them silently would serve a model
-		 * with weights missing). */
-		/* the search is charged to the walk's own bound */
-		bool holds = has_tensor(v, false, depth, &budget);
-
+		 * with weights missing).  The search is charged to the walk's
+		 * own bound. */
+		holds = has_tensor(v, false, depth, &budget);
 		w->visits = MAX_WALK_VISITS - budget;
 		if (budget == 0)
 			return us_err_set(w->err, US_E_FORMAT,
