@@ -309,8 +309,8 @@ static int tree_reserve(struct builder *b, size_t nviews,
  * directory's, and rsync or cp -u must see the view change), with the
  * read bits every source file grants (a view shows bytes of all of them).
  */
-void us_tree_derive_stat(const struct us_statedict *sd, struct stat *st,
-			 mode_t *view_perm)
+static void derive_stat(const struct us_statedict *sd, struct stat *st,
+			mode_t *view_perm)
 {
 	*view_perm = 0444;
 	for (size_t i = 0; sd && i < sd->nfiles; i++) {
@@ -338,7 +338,7 @@ int us_tree_build(struct us_tree *t, struct us_view *const *views,
 	memset(t, 0, sizeof(*t));
 	t->srcfd = srcfd;
 	t->root_st = *root_st;
-	us_tree_derive_stat(sd, &t->root_st, &t->view_perm);
+	derive_stat(sd, &t->root_st, &t->view_perm);
 	if (tree_reserve(&b, nviews, tensors ? sd : NULL, pt) < 0 ||
 	    !tree_add(t, US_NODE_DIR, NULL, 0))
 		goto out;
@@ -408,7 +408,7 @@ void us_tree_stat(const struct us_tree *t, fuse_ino_t ino, struct stat *st)
 	st->st_nlink = n->nlink;
 	/* Read-only: the write bits go, the rest of the mode stays (the
 	 * mount has default_permissions, so the kernel enforces it).  A view
-	 * or tensor file has its sources' read bits (us_tree_derive_stat). */
+	 * or tensor file has its sources' read bits (derive_stat). */
 	if (n->kind == US_NODE_DIR) {
 		/* a directory of our own (the root, tensors/) may take its
 		 * bits from a file SOURCE: whoever may read may search */

@@ -94,11 +94,6 @@ int us_tree_build(struct us_tree *t, struct us_view *const *views,
 		  int srcfd, const struct stat *root_st);
 void us_tree_free(struct us_tree *t);
 
-/* us_tree_derive_stat - the views' times and read bits from @sd's files
- * (tree.c says why); us_tree_build applies it to @root_st. */
-void us_tree_derive_stat(const struct us_statedict *sd, struct stat *st,
-			 mode_t *view_perm);
-
 /* us_tree_get - the node of @ino, or NULL when it is not one of ours. */
 struct us_node *us_tree_get(struct us_tree *t, fuse_ino_t ino);
 /* us_tree_lookup - binary search of @name in directory @dir; 0 if absent. */
