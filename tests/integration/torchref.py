@@ -103,3 +103,15 @@ def compare(got, ref, ties, metadata=None, require_all=False, what="view"):
             (f"{what}: {n} missing and not recorded as a dropped tie "
              f"(metadata[{n!r}]={kept!r}, ties={sorted(partner.get(n, ()))})")
         assert kept in got, f"{what}: {n} recorded as tied to {kept}, which is missing too"
+
+
+def dcp_state_dict(path):
+    """The whole DCP checkpoint at @path as the nested dict torch's own converter loads it
+    (dcp_to_torch_save without the torch.save), read in the calling test run."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+    sd = {}
+    _load_state_dict(sd, storage_reader=FileSystemReader(path),
+                     planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+    return sd
