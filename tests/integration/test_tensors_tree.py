@@ -14,7 +14,7 @@ import tempfile
 
 import pytest
 
-from conftest import (FIXTURES, SOURCES, mount, parse_header, run_cli, source_tensors,
+from conftest import (FIXTURES, SOURCES, mount, parse_header, require_tool, source_tensors,
                       tensor_bytes)
 
 TORCH = os.path.join(FIXTURES, "torch")
@@ -66,18 +66,10 @@ def ref_ties(case):
     return json.loads(hdr.get("__metadata__", {}).get("ties", "[]"))
 
 
-def skip_if_unservable(src):
-    """A fixture this build refuses as 'cannot serve yet' (zstd while that lands) is skipped."""
-    r = run_cli("inspect", src)
-    if r.returncode == 2 and "cannot serve yet" in r.stderr:
-        pytest.skip(f"not servable by this build yet: {r.stderr.strip()}")
-
-
 @pytest.fixture(scope="module", params=sorted(CASES), ids=sorted(CASES))
 def mounted(request):
     """(case id, SOURCE, mountpoint): one mount per fixture."""
     case = request.param
-    skip_if_unservable(CASES[case])
     with mount(CASES[case]) as mnt:
         yield case, CASES[case], mnt
 
@@ -215,8 +207,7 @@ def test_scalar_shape_is_empty():
 
 
 def test_getfattr_dump():
-    if shutil.which("getfattr") is None:
-        pytest.skip("getfattr not installed (apt package attr)")
+    require_tool("getfattr")
     with mount(SOURCES["single"]) as mnt:
         r = subprocess.run(["getfattr", "-d", "-m", "user.unshardfs",
                             os.path.join(mnt, "tensors", "bf16.cube")],
@@ -271,12 +262,11 @@ def test_other_nodes_have_no_xattrs():
 
 @pytest.fixture(scope="module", params=TIED_CASES, ids=TIED_CASES)
 def tied(request):
-    """(case, mountpoint, [tied name groups as file names]); skips until ties are detected."""
+    """(case, mountpoint, [tied name groups as file names]): every case here has a tie."""
     case = request.param
     with mount(CASES[case]) as mnt:
         groups = tied_groups(os.path.join(mnt, "tensors"))
-        if not groups:
-            pytest.skip("no ties detected yet")
+        assert groups, f"{case}: no tied names are hard links under tensors/"
         yield case, mnt, groups
 
 
@@ -361,8 +351,7 @@ def test_cp_a_keeps_the_link(tied):
 
 
 def test_rsync_H_keeps_the_link(tied):
-    if shutil.which("rsync") is None:
-        pytest.skip("rsync not installed (tools/setup.sh installs it)")
+    require_tool("rsync")
     _case, mnt, groups = tied
     tdir = os.path.join(mnt, "tensors")
     with tempfile.TemporaryDirectory() as tmp:
