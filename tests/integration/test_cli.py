@@ -1,6 +1,7 @@
 """Command line: usage, --help, inspect and inspect --json."""
 import json
 import math
+import re
 
 from conftest import DTYPE_SIZE, run_cli, source_tensors
 
@@ -31,14 +32,35 @@ def test_unknown_option_is_usage_error(tmp_path):
 
 
 def test_inspect_table(source):
+    """One row per tensor, under the header, each field exactly the source's."""
     _id, src = source
     expect = source_tensors(src)
     r = run_cli("inspect", src)
     assert r.returncode == 0, r.stderr
     lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
-    assert len(lines) >= len(expect)
-    for name in expect:
-        assert any(name in ln.split() or name in ln for ln in lines), f"{name} not in inspect output"
+    assert lines[0].split() == ["NAME", "DTYPE", "SHAPE", "BYTES", "CHUNKS", "SOURCE"], lines[0]
+    total = re.fullmatch(r"(\d+) tensors \((\d+) tied to another\), (\d+) bytes, "
+                         r"(\d+) source files \(safetensors\)", lines[-1])
+    assert total, f"no summary line: {lines[-1]!r}"
+    assert int(total[1]) == len(expect) and int(total[2]) == 0, lines[-1]
+    assert int(total[3]) == sum(len(raw) for _d, _s, raw, _r in expect.values()), lines[-1]
+    assert int(total[4]) >= len({rel for *_x, rel in expect.values()}), lines[-1]
+    rows = {}
+    for ln in lines[1:-1]:
+        fields = ln.split()
+        assert len(fields) == 6, f"not a row of six fields: {ln!r}"
+        assert fields[0] not in rows, f"{fields[0]} listed twice"
+        rows[fields[0]] = fields[1:]
+    assert set(rows) == set(expect), (sorted(set(expect) - set(rows))[:5],
+                                      sorted(set(rows) - set(expect))[:5])
+    for name, (dtype, shape, raw, rel) in expect.items():
+        d, shp, nbytes, chunks, where = rows[name]
+        assert d == dtype, (name, d, dtype)
+        assert shp == "[" + ",".join(map(str, shape)) + "]", (name, shp, shape)
+        assert int(nbytes) == len(raw), (name, nbytes, len(raw))
+        assert int(chunks) == (1 if raw else int(chunks)) and int(chunks) in (0, 1), (name, chunks)
+        if raw:
+            assert where == rel, (name, where, rel)
 
 
 def test_inspect_json(source):
