@@ -58,6 +58,15 @@ SOURCES = {
 }
 
 
+def require_tool(name):
+    """The path of the program @name, which tools/setup.sh installs: a test that needs it
+    fails when it is missing (a skip would hide that the check never ran)."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed: run `bash tools/setup.sh` (it installs it)")
+    return path
+
+
 def require_binary():
     if not os.access(BINARY, os.X_OK):
         pytest.fail(f"{BINARY} is not built: run `bash tools/setup.sh` "

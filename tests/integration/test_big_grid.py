@@ -18,9 +18,9 @@ import pytest
 
 from conftest import mount, run_cli
 
-torch = pytest.importorskip("torch")
-dcp_md = pytest.importorskip("torch.distributed.checkpoint.metadata")
-dcp_fs = pytest.importorskip("torch.distributed.checkpoint.filesystem")
+import torch  # noqa: E402
+import torch.distributed.checkpoint.metadata as dcp_md  # noqa: E402
+import torch.distributed.checkpoint.filesystem as dcp_fs  # noqa: E402
 
 SIDE = 316  # 99,856 chunks
 

@@ -171,6 +171,7 @@ def test_odd_reads(mounted):
             assert f.read(n) == whole[off:off + n]
 
 
+@pytest.mark.logits
 def test_transformers_loads_bin():
     """from_pretrained on a directory holding only config.json and the mount's
     pytorch_model.bin gives the same logits as the source."""

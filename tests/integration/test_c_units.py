@@ -5,15 +5,14 @@ import subprocess
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, require_tool
 
 BUILDS = [os.environ.get("UNSHARDFS_BUILD", "build"), "build-asan"]
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=["build", "build-asan"])
 def test_meson_unit_tests(build):
-    if shutil.which("meson") is None:
-        pytest.skip("meson not installed")
+    require_tool("meson")
     d = os.path.join(REPO, build)
     if not os.path.exists(os.path.join(d, "build.ninja")):
         if build == "build-asan":

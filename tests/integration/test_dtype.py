@@ -9,7 +9,7 @@ import pytest
 
 from conftest import FIXTURES, mount
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 TARGETS = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import FIXTURES, SOURCES, mount, require_binary, run_cli
+from conftest import FIXTURES, SOURCES, mount, require_binary, require_tool, run_cli
 
 TORCH = os.path.join(FIXTURES, "torch")
 EXPORT_SOURCES = dict(SOURCES, **{
@@ -118,9 +118,7 @@ def test_export_failure_removes_temp(tmp_path):
 
 def test_export_sigint_removes_temp(tmp_path):
     """SIGINT mid-write: the temporary is removed and the process dies of SIGINT."""
-    strace = shutil.which("strace")
-    if not strace:
-        pytest.skip("strace is needed to slow the writes down")
+    strace = require_tool("strace")  # slows the writes down
     out = tmp_path / "m.safetensors"
     # every write(2) takes 0.2 s: the export is still running when SIGINT comes
     proc = subprocess.Popen([strace, "-f", "-qq", "-o", "/dev/null",

@@ -29,7 +29,7 @@ import time
 import pytest
 
 from conftest import (BINARY, FIXTURES, FUSERMOUNT, copy_source, mount, refuse,
-                      require_binary, tensor_bytes, unmount)
+                      require_binary, require_tool, tensor_bytes, unmount)
 
 TORCH_FIX = os.path.join(FIXTURES, "torch")
 REF = os.path.join(TORCH_FIX, "_ref")
@@ -482,8 +482,8 @@ def test_optimizer_of_many_parameters_mounts_quickly(tmp_path):
 
 # ------------------------------------------------------------------ (d) valgrind
 
-@pytest.mark.skipif(not shutil.which("valgrind"), reason="valgrind is not installed")
 def test_valgrind_mount_read_unmount(tmp_path):
+    require_tool("valgrind")
     if "asan" in os.path.basename(os.path.dirname(os.path.dirname(BINARY))):
         pytest.skip("valgrind cannot run an ASan build")
     log = tmp_path / "valgrind.log"

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, FIXTURES, REPO, SOURCES, unmount
+from conftest import BUILD, FIXTURES, REPO, SOURCES, require_tool, unmount
 
 MOUNT_FUSE = shutil.which("mount.fuse3") or "/sbin/mount.fuse3"
 MAN = os.path.join(REPO, "docs", "man", "unshardfs.1")
@@ -34,15 +34,14 @@ MOUNT_ONLY = "rw,nofail,_netdev,defaults,x-systemd.automount,x-systemd.requires=
 def need_root_mount():
     if os.geteuid() != 0:
         pytest.skip("mounting through mount(8) needs root")
-    if not os.path.exists(MOUNT_FUSE) or not shutil.which("mount"):
-        pytest.skip("mount.fuse3 / mount(8) not installed")
+    require_tool("mount")
+    assert os.path.exists(MOUNT_FUSE), f"{MOUNT_FUSE} is missing (package fuse3, tools/setup.sh)"
 
 
 @pytest.fixture(scope="module")
 def installed():
     """The binary and man page installed by `meson install --destdir` (prefix as configured)."""
-    if not shutil.which("meson"):
-        pytest.skip("meson not installed")
+    require_tool("meson")
     dest = tempfile.mkdtemp(prefix="unshardfs-install-")
     r = subprocess.run(["meson", "install", "-C", BUILD, "--no-rebuild", "--destdir", dest],
                        capture_output=True, text=True, timeout=120)
@@ -202,8 +201,7 @@ def test_fstab_line_type_fuse_unshardfs_with_mount_a(installed, mnt, tmp_path):
 
 def test_man_unshardfs_after_meson_install(installed):
     """`man unshardfs` (not `man -l`) finds the page where `meson install` put it."""
-    if not shutil.which("man"):
-        pytest.skip("man not installed (tools/setup.sh installs man-db)")
+    require_tool("man")
     r = in_installed_namespace(installed, "man -w unshardfs\nman unshardfs\n")
     where, text = r.stdout.split("\n", 1)
     assert where.startswith("/usr/local/") and "man1/unshardfs.1" in where, where
@@ -238,8 +236,7 @@ def test_fstab_line_with_mount_a(installed, mnt, tmp_path):
 
 
 def test_man_page_renders():
-    if not shutil.which("man"):
-        pytest.skip("man not installed")
+    require_tool("man")
     r = subprocess.run(["man", "-l", MAN], capture_output=True, text=True,
                        env=dict(os.environ, MANPAGER="cat", MANWIDTH="80"), timeout=30)
     assert r.returncode == 0, r.stderr

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import FIXTURES, mount
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402
 
 
 def _tree(src):

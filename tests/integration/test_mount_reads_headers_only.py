@@ -7,9 +7,8 @@ import shutil
 
 import pytest
 
-from conftest import SOURCES, checkpoint_files, mount, parse_header
+from conftest import SOURCES, checkpoint_files, mount, parse_header, require_tool
 
-pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed")
 
 LINE = re.compile(r"^(?P<ts>\d+\.\d+) (?P<call>\w+)\((?P<args>.*)\) += (?P<ret>-?\d+|0x[0-9a-f]+|\?)")
 FD = re.compile(r"^(-?\d+)<(.*?)>$")
@@ -74,7 +73,7 @@ def test_mount_reads_only_headers(tmp_path):
         limits[p] = 8 + n
     prefix = str(tmp_path / "trace")
     # LeakSanitizer cannot run under ptrace: turn it off should this be an ASan build
-    wrapper = ["env", "ASAN_OPTIONS=detect_leaks=0", "strace", "-ff", "-ttt", "-y", "-s", "0", "-o", prefix,
+    wrapper = ["env", "ASAN_OPTIONS=detect_leaks=0", require_tool("strace"), "-ff", "-ttt", "-y", "-s", "0", "-o", prefix,
                "-e", "trace=openat,open,close,lseek,read,pread64,readv,preadv,preadv2,mmap"]
     with mount(src, wrapper=wrapper, timeout=30) as mnt:
         assert os.path.exists(os.path.join(mnt, "model.safetensors"))
@@ -160,7 +159,7 @@ def test_dcp_mount_reads_only_metadata_and_item_headers(tmp_path, fixture):
     src = os.path.join(FIXTURES, "torch", fixture)
     forbidden = storage_ranges(src)
     prefix = str(tmp_path / "trace")
-    wrapper = ["env", "ASAN_OPTIONS=detect_leaks=0", "strace", "-ff", "-ttt", "-y", "-s", "0", "-o", prefix,
+    wrapper = ["env", "ASAN_OPTIONS=detect_leaks=0", require_tool("strace"), "-ff", "-ttt", "-y", "-s", "0", "-o", prefix,
                "-e", "trace=openat,pread64,read,mmap"]
     with mount(src, "--ties=declared", wrapper=wrapper, timeout=30) as mnt:
         assert os.path.exists(os.path.join(mnt, "model.safetensors"))

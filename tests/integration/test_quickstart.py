@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402
 
 from conftest import FIXTURES, mount  # noqa: E402
 

@@ -187,6 +187,7 @@ def test_deterministic_across_mounts(mounted):
     assert again == whole
 
 
+@pytest.mark.logits
 def test_transformers_loads_sample():
     """The real client: from_pretrained on the mount gives the same model as on the source."""
     import torch

@@ -14,7 +14,7 @@ import struct
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402
 
 from conftest import mount, parse_header, refuse  # noqa: E402
 from torchref import compare, load_ref, source  # noqa: E402
