@@ -218,10 +218,7 @@ static int open_passthrough(struct us_tree *t, const struct us_node *n)
 
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &st) < 0 || st.st_dev != was->st_dev ||
-	    st.st_ino != was->st_ino || st.st_size != was->st_size ||
-	    st.st_mtim.tv_sec != was->st_mtim.tv_sec ||
-	    st.st_mtim.tv_nsec != was->st_mtim.tv_nsec) {
+	if (fstat(fd, &st) < 0 || !us_same_file(was, &st)) {
 		close(fd);
 		return -EIO;
 	}

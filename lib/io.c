@@ -26,3 +26,16 @@ int us_pread_full(int fd, void *buf, size_t len, uint64_t off)
 	}
 	return 0;
 }
+
+static bool same_time(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
+bool us_same_file(const struct stat *was, const struct stat *now)
+{
+	return was->st_dev == now->st_dev && was->st_ino == now->st_ino &&
+	       was->st_size == now->st_size &&
+	       same_time(&was->st_mtim, &now->st_mtim) &&
+	       same_time(&was->st_ctim, &now->st_ctim);
+}

@@ -2,8 +2,10 @@
 #ifndef US_IO_H
 #define US_IO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 /*
@@ -11,5 +13,13 @@
  * Returns 0, or a negative errno (-EIO when the file ends early).
  */
 int us_pread_full(int fd, void *buf, size_t len, uint64_t off);
+
+/*
+ * us_same_file - is @now (a fresh fstat) still the file @was recorded at mount?
+ * Device, inode, size, mtime and ctime must all match: an in-place rewrite can
+ * restore the mtime (utime, rsync --inplace -t), but every write and every
+ * utime moves the ctime, which user space cannot set back.
+ */
+bool us_same_file(const struct stat *was, const struct stat *now);
 
 #endif /* US_IO_H */

@@ -148,6 +148,7 @@ enum us_status us_sd_open_file(struct us_statedict *sd, int dirfd,
 	f->ino = st.st_ino;
 	f->size = st.st_size;
 	f->mtime = st.st_mtim;
+	f->ctime = st.st_ctim;
 	*idx = (uint32_t)sd->nfiles++;
 	return US_OK;
 }

@@ -40,11 +40,13 @@ enum us_transform {
 struct us_file {
 	char *relpath; /* relative to SOURCE: for messages, inspect, xattrs */
 	int fd;
-	/* Identity recorded at mount: a read that finds it changed says EIO. */
+	/* Identity recorded at mount: a read that finds it changed says EIO
+	 * (us_same_file: the ctime too, which a rewrite cannot restore). */
 	dev_t dev;
 	ino_t ino;
 	off_t size;
 	struct timespec mtime;
+	struct timespec ctime;
 };
 
 /* Where the elements of one chunk live. */

@@ -165,15 +165,13 @@ int us_assemble_init(uint64_t cache_size)
 
 int us_file_check(const struct us_file *f)
 {
-	struct stat st;
+	struct stat st, was = { .st_dev = f->dev, .st_ino = f->ino,
+				.st_size = f->size, .st_mtim = f->mtime,
+				.st_ctim = f->ctime };
 
 	if (fstat(f->fd, &st) < 0)
 		return -errno;
-	if (st.st_dev != f->dev || st.st_ino != f->ino ||
-	    st.st_size != f->size || st.st_mtim.tv_sec != f->mtime.tv_sec ||
-	    st.st_mtim.tv_nsec != f->mtime.tv_nsec)
-		return -EIO;
-	return 0;
+	return us_same_file(&was, &st) ? 0 : -EIO;
 }
 
 static int cpu_emit(void *vctx, const struct us_copy_op *op);

@@ -1,9 +1,14 @@
 /*
  * pickle.c - the restricted pickle VM (see pickle.h).
  *
- * Each opcode creates at most one node, so memory is bounded by the input
- * size; the value stack, mark stack and memo grow with the input too.  Any
- * opcode that would need code to run (or out-of-band buffers) is refused.
+ * Each opcode creates at most one node, so memory grows at most linearly
+ * with the input -- but by a factor of ~100 (a one-byte EMPTY_DICT costs a
+ * node and a collection), and the value stack, mark stack and memo grow with
+ * it too.  So every allocation is charged against a budget the caller gives
+ * (charge()), checked before the memory is taken: a hostile pickle of nested
+ * dicts, a memo flood or plain garbage is refused while it runs, never after
+ * it has filled memory.  Any opcode that would need code to run (or
+ * out-of-band buffers) is refused.
  */
 #include "pickle.h"
 
@@ -25,16 +30,35 @@ struct vm {
 	size_t nmarks, mcap;
 	struct memo_slot *memo;
 	size_t memo_n, memo_cap; /* open addressing, power-of-two capacity */
+	size_t spent, budget; /* bytes charged, and the bound on them */
+	bool broke;           /* the budget ran out: every failure says so */
 	const char *why;
 };
 
-#define FAIL(vm, msg) ((vm)->why = (msg), -1)
+#define FAIL(vm, msg) ((vm)->why = (vm)->broke ? over_budget : (msg), -1)
 
 /* ---- allocation ----------------------------------------------------------- */
 
+static const char over_budget[] =
+	"its pickle needs more memory to load than the bound for its tensors "
+	"allows (docs/hardening.md, \"Bounds\")";
+
+/* Account for @n more bytes; false (and why set) past the budget. */
+static bool charge(struct vm *vm, size_t n)
+{
+	if (n > vm->budget - vm->spent) {
+		vm->broke = true;
+		vm->why = over_budget;
+		return false;
+	}
+	vm->spent += n;
+	return true;
+}
+
 static struct us_pk *node(struct vm *vm, enum us_pk_kind kind)
 {
-	struct us_pk *n = us_arena_alloc(vm->a, sizeof(*n));
+	struct us_pk *n = charge(vm, sizeof(*n)) ?
+			  us_arena_alloc(vm->a, sizeof(*n)) : NULL;
 
 	if (n)
 		n->kind = kind;
@@ -45,8 +69,11 @@ static int seq_push(struct vm *vm, struct us_pk_seq *s, struct us_pk *v)
 {
 	if (s->n == s->cap) {
 		size_t cap = s->cap ? s->cap * 2 : 4;
-		struct us_pk **nv = us_arena_calloc(vm->a, cap, sizeof(*nv));
+		struct us_pk **nv;
 
+		if (cap > SIZE_MAX / sizeof(*nv) || !charge(vm, cap * sizeof(*nv)))
+			return FAIL(vm, "out of memory");
+		nv = us_arena_calloc(vm->a, cap, sizeof(*nv));
 		if (!nv)
 			return FAIL(vm, "out of memory");
 		if (s->n)
@@ -60,7 +87,7 @@ static int seq_push(struct vm *vm, struct us_pk_seq *s, struct us_pk *v)
 
 static struct us_pk_coll *coll_of(struct vm *vm, struct us_pk *n)
 {
-	if (!n->coll)
+	if (!n->coll && charge(vm, sizeof(*n->coll)))
 		n->coll = us_arena_alloc(vm->a, sizeof(*n->coll));
 	return n->coll;
 }
@@ -86,8 +113,11 @@ static int push(struct vm *vm, struct us_pk *v)
 		return FAIL(vm, "out of memory");
 	if (vm->sp == vm->scap) {
 		size_t cap = vm->scap ? vm->scap * 2 : 64;
-		void *p = realloc(vm->stack, cap * sizeof(*vm->stack));
+		void *p;
 
+		if (!charge(vm, (cap - vm->scap) * sizeof(*vm->stack)))
+			return -1;
+		p = realloc(vm->stack, cap * sizeof(*vm->stack));
 		if (!p)
 			return FAIL(vm, "out of memory");
 		vm->stack = p;
@@ -118,8 +148,11 @@ static int push_mark(struct vm *vm)
 {
 	if (vm->nmarks == vm->mcap) {
 		size_t cap = vm->mcap ? vm->mcap * 2 : 16;
-		void *p = realloc(vm->marks, cap * sizeof(*vm->marks));
+		void *p;
 
+		if (!charge(vm, (cap - vm->mcap) * sizeof(*vm->marks)))
+			return -1;
+		p = realloc(vm->marks, cap * sizeof(*vm->marks));
 		if (!p)
 			return FAIL(vm, "out of memory");
 		vm->marks = p;
@@ -160,6 +193,10 @@ static int memo_put(struct vm *vm, uint32_t key, struct us_pk *v)
 		size_t ocap = vm->memo_cap;
 
 		vm->memo_cap = ocap ? ocap * 2 : 256;
+		if (!charge(vm, (vm->memo_cap - ocap) * sizeof(*vm->memo))) {
+			vm->memo_cap = ocap;
+			return -1;
+		}
 		vm->memo = calloc(vm->memo_cap, sizeof(*vm->memo));
 		if (!vm->memo) {
 			vm->memo = old;
@@ -215,8 +252,10 @@ static int push_string(struct vm *vm, enum us_pk_kind kind, uint64_t n)
 	if ((uint64_t)(vm->end - vm->p) < n)
 		return FAIL(vm, "string runs past the end");
 	s = node(vm, kind);
+	if (!s || !charge(vm, (size_t)n + 1))
+		return -1;
 	copy = us_arena_strndup(vm->a, (const char *)vm->p, (size_t)n);
-	if (!s || !copy)
+	if (!copy)
 		return FAIL(vm, "out of memory");
 	s->u.str.s = copy;
 	s->u.str.len = (size_t)n;
@@ -274,7 +313,7 @@ static int push_global(struct vm *vm, const char *mod, size_t mlen,
 {
 	struct us_pk *g = node(vm, US_PK_GLOBAL);
 
-	if (!g)
+	if (!g || !charge(vm, mlen + nlen + 2))
 		return FAIL(vm, "out of memory");
 	g->u.global.module = us_arena_strndup(vm->a, mod, mlen);
 	g->u.global.name = us_arena_strndup(vm->a, name, nlen);
@@ -570,7 +609,29 @@ static int step(struct vm *vm, unsigned char op)
 int us_pickle_load(const unsigned char *data, size_t len, struct us_arena *arena,
 		   struct us_pk **out, size_t *used, const char **why)
 {
-	struct vm vm = { .p = data, .end = data + len, .a = arena };
+	return us_pickle_load_bounded(data, len, arena, us_pickle_budget(len, 0),
+				      out, used, why);
+}
+
+size_t us_pickle_budget(size_t len, size_t nrecords)
+{
+	size_t b = US_PICKLE_BUDGET_BASE, x;
+
+	/* saturating: past the address space, the allocator refuses first */
+	if (__builtin_mul_overflow(len, (size_t)US_PICKLE_BUDGET_PER_BYTE, &x) ||
+	    __builtin_add_overflow(b, x, &b) ||
+	    __builtin_mul_overflow(nrecords, (size_t)US_PICKLE_BUDGET_PER_RECORD, &x) ||
+	    __builtin_add_overflow(b, x, &b))
+		return SIZE_MAX;
+	return b;
+}
+
+int us_pickle_load_bounded(const unsigned char *data, size_t len,
+			   struct us_arena *arena, size_t budget,
+			   struct us_pk **out, size_t *used, const char **why)
+{
+	struct vm vm = { .p = data, .end = data + len, .a = arena,
+			 .budget = budget };
 	int rc = -1;
 
 	while (vm.p < vm.end) {

@@ -83,6 +83,29 @@ struct us_pk {
 int us_pickle_load(const unsigned char *data, size_t len, struct us_arena *arena,
 		   struct us_pk **out, size_t *used, const char **why);
 
+/*
+ * Memory a pickle may take to load (docs/hardening.md, "Bounds"): a fixed
+ * base, plus US_PICKLE_BUDGET_PER_BYTE per input byte of a pickle whose size
+ * is itself the tensor table (a DCP .metadata: tensors x chunks), plus
+ * US_PICKLE_BUDGET_PER_RECORD per storage record a torch.save archive holds.
+ * So memory at mount grows with the number of tensors, never with a
+ * pickle's nesting, memo or garbage.  us_pickle_load uses
+ * us_pickle_budget(len, 0).
+ */
+#define US_PICKLE_BUDGET_BASE (128u << 20)
+#define US_PICKLE_BUDGET_PER_BYTE 32u
+#define US_PICKLE_BUDGET_PER_RECORD (16u << 10)
+size_t us_pickle_budget(size_t len, size_t nrecords);
+
+/*
+ * us_pickle_load_bounded - us_pickle_load, refused (while it runs, before
+ * the memory is taken) once the VM's nodes, strings, stacks and memo would
+ * take more than @budget bytes.
+ */
+int us_pickle_load_bounded(const unsigned char *data, size_t len,
+			   struct us_arena *arena, size_t budget,
+			   struct us_pk **out, size_t *used, const char **why);
+
 /* Helpers for pattern matching. */
 bool us_pk_is_global(const struct us_pk *p, const char *module, const char *name);
 /* The name part of a GLOBAL (for "match classes by final name"). */

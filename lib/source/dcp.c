@@ -132,6 +132,12 @@ static bool int_tuple_ok(const struct us_pk *t)
 	return true;
 }
 
+/* Does the string @s hold a NUL byte before its end? */
+static bool has_nul(const struct us_pk *s)
+{
+	return memchr(s->u.str.s, '\0', s->u.str.len) != NULL;
+}
+
 /* storage_data: {MetadataIndex(fqn, offset, index): _StorageInfo(...)}. */
 static enum us_status load_items(struct dcp *d, const struct us_pk *storage)
 {
@@ -152,6 +158,12 @@ static enum us_status load_items(struct dcp *d, const struct us_pk *storage)
 		    !len || len->kind != US_PK_INT || len->u.i < 0)
 			return us_err_set(d->err, US_E_FORMAT, d->metapath,
 					  "malformed storage_data entry %zu", i);
+		/* C strings from here on: a NUL would cut a path short
+		 * ("__1_0.distcp\0/../../etc/passwd") or merge two names */
+		if (has_nul(fqn) || has_nul(rel))
+			return us_err_set(d->err, US_E_FORMAT, d->metapath,
+					  "storage_data entry %zu has a NUL byte in "
+					  "its %s", i, has_nul(rel) ? "relative_path" : "fqn");
 		it->fqn = fqn->u.str.s;
 		it->offsets = size_tuple(attr(k, "offset"));
 		if (!int_tuple_ok(it->offsets))
@@ -773,6 +785,10 @@ static enum us_status read_tensors(struct dcp *d, const struct us_pk *root)
 		if (k->kind != US_PK_STR)
 			return us_err_set(d->err, US_E_FORMAT, d->metapath,
 					  "a state_dict_metadata key is not a string");
+		if (has_nul(k))
+			return us_err_set(d->err, US_E_FORMAT, d->metapath,
+					  "the state_dict_metadata key '%s...' holds "
+					  "a NUL byte", k->u.str.s);
 		US_TRY(read_entry(d, k->u.str.s, smd->coll->vals.v[i]));
 	}
 	return US_OK;

@@ -600,10 +600,11 @@ static enum us_status ds_read_all(struct ds *d)
 		return us_ds_module_refusal(d->model[0].relpath, d->err);
 	US_TRY(add_params(d));
 	if (d->module_weights)
-		US_TRY(us_ds_add_module(d->sd, &d->model[0], true, d->err));
+		US_TRY(us_ds_add_module(d->sd, &d->model[0], US_DS_MODULE_ALL, d->err));
 	else {
 		US_TRY(add_frozen(d));
-		US_TRY(us_ds_add_module(d->sd, &d->model[0], false, d->err));
+		US_TRY(us_ds_add_module(d->sd, &d->model[0], US_DS_BUFFERS_FP32,
+					 d->err));
 	}
 	return us_ds_add_ties(d->sd, d->ms, d->err);
 }

@@ -216,13 +216,14 @@ static bool listed(const struct us_pk *list, const char *name)
 }
 
 enum us_status us_ds_add_module(struct us_statedict *sd,
-				const struct us_ds_file *f, bool all,
-				struct us_err *err)
+				const struct us_ds_file *f,
+				enum us_ds_module_part part, struct us_err *err)
 {
 	const struct us_pk *ms = f->ta.root;
 	const struct us_pk *mod = us_pk_dict_get(ms, "module");
 	const struct us_pk *names = us_pk_dict_get(ms, "buffer_names");
 	const struct us_pk *shared = us_pk_dict_get(ms, "shared_params");
+	bool all = part == US_DS_MODULE_ALL;
 
 	if (all && !us_pk_is_dictlike(mod))
 		return us_err_set(err, US_E_FORMAT, f->relpath,
@@ -239,7 +240,7 @@ enum us_status us_ds_add_module(struct us_statedict *sd,
 		US_TRY(us_ds_add_plain(sd, f, k->u.str.s, mod->coll->vals.v[i], err));
 		/* zero_to_fp32 upcasts floating buffers with .float() (a bf16
 		 * model under zero.Init has bf16 buffers); float8 stays stored */
-		if (!all)
+		if (part == US_DS_BUFFERS_FP32)
 			sd->tensors[sd->ntensors - 1].upcast_f32 = true;
 	}
 	return US_OK;

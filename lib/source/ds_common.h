@@ -82,15 +82,23 @@ enum us_status us_ds_add_plain(struct us_statedict *sd,
 			       const struct us_ds_file *f, const char *name,
 			       const struct us_pk *v, struct us_err *err);
 
-/*
- * us_ds_add_module - the entries of @f's "module" state dict: the buffers
- * (those in buffer_names) when !@all; when @all every entry but the names
- * shared_params drops (--deepspeed-weights=module under ZeRO-1/2, where
- * module holds the 16-bit weights).
- */
+/* Which entries of a "module" state dict us_ds_add_module takes. */
+enum us_ds_module_part {
+	/* every entry but the names shared_params drops: ZeRO-1/2's 16-bit
+	 * weights as saved (--deepspeed-weights=module) */
+	US_DS_MODULE_ALL,
+	/* the buffers (buffer_names), floating ones widened to fp32 as
+	 * zero_to_fp32's .float() gives them (the ZeRO reader) */
+	US_DS_BUFFERS_FP32,
+	/* the buffers as stored: DeepSpeed's universal load restores no
+	 * buffer, the model keeps them in its own (16-bit) dtype */
+	US_DS_BUFFERS_STORED,
+};
+
+/* us_ds_add_module - the entries @part names of @f's "module" state dict. */
 enum us_status us_ds_add_module(struct us_statedict *sd,
-				const struct us_ds_file *f, bool all,
-				struct us_err *err);
+				const struct us_ds_file *f,
+				enum us_ds_module_part part, struct us_err *err);
 
 /* us_ds_add_frozen_z3 - ZeRO-3 frozen param @name: every rank's fragment
  * (frozen_param_fragments of @model[0..world)), concatenated, truncated. */

@@ -447,11 +447,12 @@ static enum us_status uc_read_all(struct uc *u)
 	if (u->module_weights && u->z3)
 		return us_ds_module_refusal(u->model[0].relpath, u->err);
 	if (u->module_weights) {
-		US_TRY(us_ds_add_module(u->sd, &u->model[0], true, u->err));
+		US_TRY(us_ds_add_module(u->sd, &u->model[0], US_DS_MODULE_ALL, u->err));
 	} else {
 		US_TRY(add_params(u));
 		US_TRY(add_frozen(u));
-		US_TRY(us_ds_add_module(u->sd, &u->model[0], false, u->err));
+		US_TRY(us_ds_add_module(u->sd, &u->model[0], US_DS_BUFFERS_STORED,
+					 u->err));
 	}
 	US_TRY(add_optim(u));
 	US_TRY(us_ds_add_ties(u->sd, u->ms, u->err));

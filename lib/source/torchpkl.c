@@ -7,8 +7,6 @@
 
 #include "../io.h"
 
-#define MAX_PICKLE (1ull << 30)
-
 /* Legacy typed storages: the element type is in the class name. */
 static const struct {
 	const char *name;
@@ -207,7 +205,7 @@ int us_torch_archive_open(struct us_torch_archive *ta, int fd, uint64_t base,
 	const struct us_zip_entry *pkl;
 	unsigned char *buf;
 	uint64_t off;
-	size_t used;
+	size_t used, budget;
 	int rc;
 
 	if (us_zip_open(&ta->zip, fd, base, len, a, why) < 0)
@@ -215,8 +213,12 @@ int us_torch_archive_open(struct us_torch_archive *ta, int fd, uint64_t base,
 	pkl = us_zip_find(&ta->zip, "data.pkl");
 	if (!pkl)
 		return *why = "no data.pkl record: not a torch.save archive", -1;
-	if (pkl->size > MAX_PICKLE)
-		return *why = "data.pkl is larger than 1 GiB", -1;
+	/* The tensors' records bound what data.pkl may take to load (its
+	 * nesting, memo or garbage do not): us_pickle_budget. */
+	budget = us_pickle_budget(0, ta->zip.n);
+	if (pkl->size > budget)
+		return *why = "data.pkl is larger than its archive's records "
+			      "allow (docs/hardening.md)", -1;
 	if (us_zip_data(&ta->zip, pkl, &off, why) < 0)
 		return -1;
 	buf = malloc((size_t)pkl->size + 1);
@@ -226,7 +228,8 @@ int us_torch_archive_open(struct us_torch_archive *ta, int fd, uint64_t base,
 	if (rc < 0)
 		*why = "cannot read data.pkl";
 	else
-		rc = us_pickle_load(buf, (size_t)pkl->size, a, &ta->root, &used, why);
+		rc = us_pickle_load_bounded(buf, (size_t)pkl->size, a, budget,
+					    &ta->root, &used, why);
 	free(buf);
 	if (rc < 0)
 		return -1;

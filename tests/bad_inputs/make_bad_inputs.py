@@ -808,6 +808,26 @@ def dcp_relpath_dotdot(root):
 
 
 @case
+def dcp_relpath_nul(root):
+    """torch refuses it; a reader that cut the path at the NUL would open __1_0.distcp"""
+    src, mp, md = dcp_copy(root)
+    fqn, tsm = sharded_fqn(md)
+    set_storage(md, fqn, tsm.chunks[0].offsets,
+                relative_path="__1_0.distcp\0/../../../etc/passwd")
+    dump_md(md, mp)
+    return dict(source="src", path=".metadata", strace=True, why="relative_path holds a NUL")
+
+
+@case
+def dcp_fqn_nul(root):
+    src, mp, md = dcp_copy(root)
+    fqn = next(iter(md.state_dict_metadata))
+    md.state_dict_metadata[fqn + "\0x"] = md.state_dict_metadata.pop(fqn)
+    dump_md(md, mp)
+    return dict(source="src", path=".metadata", why="a state_dict_metadata key holds a NUL")
+
+
+@case
 def dcp_missing_distcp(root):
     src, mp, md = dcp_copy(root)
     os.unlink(os.path.join(src, "__1_0.distcp"))

@@ -24,7 +24,8 @@ from torchref import compare  # noqa: E402
 DS = os.path.join(FIXTURES, "deepspeed")
 REF = os.path.join(DS, "_ref")
 ZERO_CASES = ["z2_2rank", "z2_3rank_bf16", "z3_2rank", "z3_3rank_bf16", "z3_2rank_bf16_zinit"]
-UC_CASES = ["uc_z2_3rank_bf16", "uc_z3_2rank"]  # ds_to_universal of z2_3rank_bf16, z3_2rank
+UC_CASES = ["uc_z2_3rank_bf16", "uc_z3_2rank", "uc_z3_2rank_bf16_zinit"]  # ds_to_universal of
+# z2_3rank_bf16, z3_2rank, z3_2rank_bf16_zinit (bf16 buffers, served as stored)
 CASES = ZERO_CASES + UC_CASES
 # DeepSpeed itself (tests/requirements-nobuild.txt) runs in this venv
 DS_PY = sys.executable

@@ -208,6 +208,34 @@ def test_shard_rewritten_in_place_answers_eio(tmp_path):
         assert read_all(os.path.join(mnt, "tensors", tensor_file(keeper))) == want
 
 
+@pytest.mark.parametrize("what", ["shard", "passthrough"])
+def test_rewrite_that_restores_the_mtime_answers_eio(tmp_path, what):
+    """An in-place rewrite followed by utime back to the old times (rsync --inplace -t):
+    size and mtime match what was recorded, the ctime does not (user space cannot set it),
+    so the reads that need the file say EIO instead of serving old and new bytes mixed."""
+    src = copy_source(os.path.join(FIXTURES, "sample"), str(tmp_path / "src"))
+    shard = "model-00002-of-00003.safetensors"
+    victim, ranges = _biggest_tensor_of(src, shard)
+    with mount(src) as mnt:
+        p = os.path.join(src, shard if what == "shard" else "config.json")
+        st = os.stat(p)
+        with open(p, "r+b") as f:
+            b, e = ranges[victim] if what == "shard" else (0, st.st_size)
+            f.seek(b)
+            data = f.read(e - b)
+            f.seek(b)
+            f.write(data[::-1])
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+        now = os.stat(p)
+        assert (now.st_size, now.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+        assert now.st_ctime_ns != st.st_ctime_ns
+        target = (os.path.join(mnt, "tensors", tensor_file(victim)) if what == "shard"
+                  else os.path.join(mnt, "config.json"))
+        with pytest.raises(OSError) as ei:
+            read_all(target)
+        assert ei.value.errno == errno.EIO
+
+
 def test_shard_replaced_by_rename_never_mixes(tmp_path):
     src = copy_source(os.path.join(FIXTURES, "sample"), str(tmp_path / "src"))
     with mount(os.path.join(FIXTURES, "sample")) as mnt:

@@ -1,4 +1,6 @@
 /* test_codec.c - JSON parsing limits, UTF-8, escaping, metadata paths. */
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "arena.h"
@@ -133,6 +135,45 @@ static void test_pk2json_budget(void)
 	us_arena_free(&a);
 }
 
+/* Nested one-key dicts ({"a": {"a": ...}}): refused while the VM runs once
+ * its nodes would pass the budget, loaded under a larger one. */
+static void test_pickle_budget(void)
+{
+	enum { LEVELS = 20000 };
+	unsigned char *pk = malloc(2 + LEVELS * 8 + 2 + LEVELS + 1);
+	size_t len = 0, used = 0;
+	struct us_pk *root = NULL;
+	const char *why = NULL;
+	struct us_arena a;
+
+	CHECK(pk != NULL);
+	if (!pk)
+		return;
+	pk[len++] = 0x80;
+	pk[len++] = 2;
+	for (int i = 0; i < LEVELS; i++) {
+		memcpy(pk + len, "}X\1\0\0\0a", 7);
+		len += 7;
+	}
+	pk[len++] = 'N';
+	memset(pk + len, 's', LEVELS);
+	len += LEVELS;
+	pk[len++] = '.';
+	us_arena_init(&a);
+	CHECK(us_pickle_load_bounded(pk, len, &a, 1 << 20, &root, &used, &why) < 0);
+	CHECK(why && strstr(why, "bound"));
+	CHECK(a.used < (2u << 20)); /* refused before the memory was taken */
+	us_arena_free(&a);
+	us_arena_init(&a);
+	CHECK(us_pickle_load_bounded(pk, len, &a, 64u << 20, &root, &used, &why) == 0);
+	CHECK(used == len && root && root->kind == US_PK_DICT);
+	us_arena_free(&a);
+	CHECK(us_pickle_budget(SIZE_MAX, 0) == SIZE_MAX); /* saturates */
+	CHECK(us_pickle_budget(0, 2) == US_PICKLE_BUDGET_BASE +
+					    2 * US_PICKLE_BUDGET_PER_RECORD);
+	free(pk);
+}
+
 int main(void)
 {
 	RUN(test_json_strict);
@@ -141,5 +182,6 @@ int main(void)
 	RUN(test_jsonw_escape);
 	RUN(test_paths);
 	RUN(test_pk2json_budget);
+	RUN(test_pickle_budget);
 	TEST_MAIN_END();
 }
