@@ -131,7 +131,7 @@ static void link_declared(struct us_statedict *sd, struct us_tensor **v)
 
 /* ---- evidence, confirmed by bytes ---------------------------------------- */
 
-struct prover {
+struct confirmer {
 	const struct us_statedict *sd;
 	const struct us_tie_evidence *ev;
 	enum us_ties_mode mode;
@@ -141,7 +141,7 @@ struct prover {
 	uint64_t bytes; /* read so far, for progress */
 };
 
-static void report(struct prover *p)
+static void report(struct confirmer *p)
 {
 	time_t now;
 
@@ -155,7 +155,7 @@ static void report(struct prover *p)
 	}
 }
 
-static int read_block(struct prover *p, const struct us_tensor *t,
+static int read_block(struct confirmer *p, const struct us_tensor *t,
 		      unsigned char *buf, uint64_t len, uint64_t off)
 {
 	int rc = us_tensor_read(p->sd, t, buf, len, off);
@@ -176,7 +176,7 @@ static bool all_equal(const unsigned char *buf, uint64_t len,
 }
 
 /* 1: same bytes; 0: differ; <0: read error. */
-static int same_bytes(struct prover *p, const struct us_tensor *x,
+static int same_bytes(struct confirmer *p, const struct us_tensor *x,
 		      const struct us_tensor *y)
 {
 	for (uint64_t off = 0; off < x->nbytes; off += PROOF_BUF) {
@@ -216,7 +216,7 @@ static int cmp_cand(const void *x, const void *y)
  * confirming it would cost a full read at mount.  Small tensors are
  * checked whole.
  */
-static int prefix_hash(struct prover *p, const struct us_tensor *t, uint64_t *h)
+static int prefix_hash(struct confirmer *p, const struct us_tensor *t, uint64_t *h)
 {
 	uint64_t n = t->nbytes < PREFIX ? t->nbytes : PREFIX, v = 1469598103934665603ull;
 	unsigned isz = us_dtype_bits(t->dtype) / 8;
@@ -236,7 +236,7 @@ static int prefix_hash(struct prover *p, const struct us_tensor *t, uint64_t *h)
 
 /* Within candidates of one kind and hash: set each one's byte class (the
  * first earlier candidate with the same bytes, else itself). */
-static int classify_bucket(struct prover *p, struct cand *c, size_t from,
+static int classify_bucket(struct confirmer *p, struct cand *c, size_t from,
 			   size_t n)
 {
 	for (size_t i = from; i < from + n; i++) {
@@ -257,13 +257,13 @@ static int classify_bucket(struct prover *p, struct cand *c, size_t from,
 	return 0;
 }
 
-static bool named(const struct prover *p, const struct us_tensor *t)
+static bool named(const struct confirmer *p, const struct us_tensor *t)
 {
 	return p->ev->optim && p->ev->named[t - p->sd->tensors];
 }
 
 /* The word-embedding kind of config.json: [vocab] or [vocab, d]. */
-static bool vocab_kind(const struct prover *p, const struct us_tensor *t)
+static bool vocab_kind(const struct confirmer *p, const struct us_tensor *t)
 {
 	return p->ev->embed_tied && (t->ndim == 1 || t->ndim == 2) &&
 	       t->shape[0] == p->ev->vocab;
@@ -304,7 +304,7 @@ static bool module_copy(const struct us_tensor *a, const struct us_tensor *b)
  *  - the optimizer: each name it does not list joins the one it lists,
  *    unless they are copies of one module.
  */
-static void link_class(struct prover *p, struct us_statedict *sd,
+static void link_class(struct confirmer *p, struct us_statedict *sd,
 		       struct us_tensor **m, size_t n, bool sole)
 {
 	struct us_tensor *param = NULL;
@@ -344,7 +344,7 @@ static size_t class_members(const struct cand *c, size_t n, size_t i,
 }
 
 /* Link the classes of the classified candidates @c[0..n). */
-static int link_classes(struct prover *p, struct us_statedict *sd,
+static int link_classes(struct confirmer *p, struct us_statedict *sd,
 			struct cand *c, size_t n)
 {
 	struct us_tensor **m = malloc((n ? n : 1) * sizeof(*m));
@@ -370,7 +370,7 @@ static int link_classes(struct prover *p, struct us_statedict *sd,
  * holding a name the optimizer lists and one it does not; every kind under
  * --ties=equal.
  */
-static bool worth_reading(const struct prover *p, struct us_tensor **run,
+static bool worth_reading(const struct confirmer *p, struct us_tensor **run,
 			  size_t n)
 {
 	bool in = false, out = false;
@@ -382,7 +382,7 @@ static bool worth_reading(const struct prover *p, struct us_tensor **run,
 	return in && out;
 }
 
-static int prove_run(struct prover *p, struct us_statedict *sd,
+static int confirm_run(struct confirmer *p, struct us_statedict *sd,
 		     struct us_tensor **run, size_t n)
 {
 	struct cand *c;
@@ -417,7 +417,7 @@ static int link_evidenced(struct us_statedict *sd, struct us_tensor **v,
 			  enum us_ties_mode mode, const struct us_tie_evidence *ev,
 			  bool progress)
 {
-	struct prover p = { .sd = sd, .ev = ev, .mode = mode,
+	struct confirmer p = { .sd = sd, .ev = ev, .mode = mode,
 			    .progress = progress, .start = time(NULL) };
 	size_t n = sd->ntensors;
 	int rc = 0;
@@ -431,7 +431,7 @@ static int link_evidenced(struct us_statedict *sd, struct us_tensor **v,
 		for (j = i + 1; j < n && cmp_kind(v[i], v[j]) == 0; j++)
 			;
 		if (j - i > 1 && v[i]->nbytes && us_dtype_bits(v[i]->dtype) % 8 == 0)
-			rc = prove_run(&p, sd, v + i, j - i);
+			rc = confirm_run(&p, sd, v + i, j - i);
 	}
 	if (progress && p.last)
 		fputc('\n', stderr);
