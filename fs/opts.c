@@ -59,7 +59,11 @@ void us_opts_usage(FILE *out)
 "    --device=D             auto|cpu|cuda[:N] (default: auto)\n"
 "    --cache-size=BYTES     bound on cached assembled data, K/M/G suffixes\n"
 "                           (default: 256M)\n"
-"    --ties=MODE            auto|declared|off (default: auto)\n"
+"    --ties=MODE            auto|declared|off|equal: auto links names the\n"
+"                           checkpoint declares or evidences as one tensor;\n"
+"                           equal also links any equal copies (risky: drops\n"
+"                           distinct parameters that happen to match)\n"
+"                           (default: auto)\n"
 "    --deepspeed-weights=W  fp32|module: DeepSpeed's fp32 master weights, or\n"
 "                           ZeRO-1/2's 16-bit module weights as saved\n"
 "                           (default: fp32)\n"
@@ -143,7 +147,7 @@ static int parse_long(struct us_opts *o, const char *a)
 					      "dcp", "deepspeed",
 					      "deepspeed-universal", NULL};
 	static const char *const dtypes[] = {"keep", "bf16", "f16", "f32", NULL};
-	static const char *const ties[] = {"auto", "declared", "off", NULL};
+	static const char *const ties[] = {"auto", "declared", "off", "equal", NULL};
 	static const char *const views[] = {"safetensors", "bin", NULL};
 	static const char *const weights[] = {"fp32", "module", NULL};
 	static const char *const on_off[] = {"on", "off", NULL};

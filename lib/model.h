@@ -102,9 +102,10 @@ struct us_statedict {
 	const char *format;      /* "safetensors", ... : for inspect */
 	bool finalized;
 	/* The format saves every name separately, so a tied pair arrives as
-	 * two copies (DCP): ties can only be found by proof (ties.h).  Other
+	 * two copies (DCP): only the writer's other evidence (its optimizer,
+	 * config.json) says which copies are one parameter (ties.h).  Other
 	 * formats declare their ties, and their mount reads no tensor data. */
-	bool prove_ties;
+	bool ties_as_copies;
 	struct us_tensor *tensors;
 	size_t ntensors, tensors_cap;
 	struct us_file *files;

@@ -1,12 +1,15 @@
-/* ties.c - finding tie groups: by shared extents, then by proof. */
+/* ties.c - finding tie groups: by shared extents, then by the writer's
+ * evidence, confirmed by the bytes. */
 #include "ties.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "assemble/assemble.h"
+#include "tie_evidence.h"
 
 #define PROOF_BUF (1u << 20)
 
@@ -18,6 +21,8 @@ bool us_ties_mode_parse(const char *s, enum us_ties_mode *out)
 		*out = US_TIES_DECLARED;
 	else if (!strcmp(s, "off"))
 		*out = US_TIES_OFF;
+	else if (!strcmp(s, "equal"))
+		*out = US_TIES_EQUAL;
 	else
 		return false;
 	return true;
@@ -124,17 +129,19 @@ static void link_declared(struct us_statedict *sd, struct us_tensor **v)
 			link_pair(sd, v[i - 1], v[i]);
 }
 
-/* ---- proof ---------------------------------------------------------------- */
+/* ---- evidence, confirmed by bytes ---------------------------------------- */
 
-struct prover {
+struct confirmer {
 	const struct us_statedict *sd;
+	const struct us_tie_evidence *ev;
+	enum us_ties_mode mode;
 	unsigned char *a, *b;
 	bool progress;
 	time_t start, last;
 	uint64_t bytes; /* read so far, for progress */
 };
 
-static void report(struct prover *p)
+static void report(struct confirmer *p)
 {
 	time_t now;
 
@@ -142,13 +149,13 @@ static void report(struct prover *p)
 		return;
 	now = time(NULL);
 	if (now - p->start >= 1 && now != p->last) {
-		fprintf(stderr, "\runshardfs: proving tied weights: %llu MiB compared",
+		fprintf(stderr, "\runshardfs: confirming tied weights: %llu MiB compared",
 			(unsigned long long)(p->bytes >> 20));
 		p->last = now;
 	}
 }
 
-static int read_block(struct prover *p, const struct us_tensor *t,
+static int read_block(struct confirmer *p, const struct us_tensor *t,
 		      unsigned char *buf, uint64_t len, uint64_t off)
 {
 	int rc = us_tensor_read(p->sd, t, buf, len, off);
@@ -169,7 +176,7 @@ static bool all_equal(const unsigned char *buf, uint64_t len,
 }
 
 /* 1: same bytes; 0: differ; <0: read error. */
-static int same_bytes(struct prover *p, const struct us_tensor *x,
+static int same_bytes(struct confirmer *p, const struct us_tensor *x,
 		      const struct us_tensor *y)
 {
 	for (uint64_t off = 0; off < x->nbytes; off += PROOF_BUF) {
@@ -187,7 +194,8 @@ static int same_bytes(struct prover *p, const struct us_tensor *x,
 
 struct cand {
 	struct us_tensor *t;
-	uint64_t hash; /* of the first bytes: only equal hashes are compared */
+	uint64_t hash;  /* of the first bytes: only equal hashes are compared */
+	size_t cls;     /* index of the first candidate with the same bytes */
 };
 
 static int cmp_cand(const void *x, const void *y)
@@ -203,11 +211,12 @@ static int cmp_cand(const void *x, const void *y)
 /*
  * FNV-1a of the first bytes; 0 excludes the tensor.  A tensor whose first
  * 4 KiB repeat one element is excluded without reading further: it is a
- * constant (zero-initialised LoRA B, fresh LayerNorm) or starts like one,
- * and proving it would cost a full read at mount for a tie no real model
- * has; small tensors are checked whole.
+ * constant (zero-initialised LoRA B, fresh LayerNorm) or starts like one;
+ * a constant's equality is initialisation, never a sign of a tie, and
+ * confirming it would cost a full read at mount.  Small tensors are
+ * checked whole.
  */
-static int prefix_hash(struct prover *p, const struct us_tensor *t, uint64_t *h)
+static int prefix_hash(struct confirmer *p, const struct us_tensor *t, uint64_t *h)
 {
 	uint64_t n = t->nbytes < PREFIX ? t->nbytes : PREFIX, v = 1469598103934665603ull;
 	unsigned isz = us_dtype_bits(t->dtype) / 8;
@@ -225,22 +234,22 @@ static int prefix_hash(struct prover *p, const struct us_tensor *t, uint64_t *h)
 	return 0;
 }
 
-/* Within candidates of one kind and hash: compare against each class's
- * canonical; link on proof. */
-static int prove_bucket(struct prover *p, struct us_statedict *sd,
-			struct cand *c, size_t n)
+/* Within candidates of one kind and hash: set each one's byte class (the
+ * first earlier candidate with the same bytes, else itself). */
+static int classify_bucket(struct confirmer *p, struct cand *c, size_t from,
+			   size_t n)
 {
-	for (size_t i = 1; i < n; i++) {
-		for (size_t j = 0; j < i; j++) {
+	for (size_t i = from; i < from + n; i++) {
+		c[i].cls = i;
+		for (size_t j = from; j < i; j++) {
 			int rc;
 
-			if (canon(c[j].t) != c[j].t || canon(c[i].t) == c[j].t)
-				continue; /* compare with class canonicals only */
-			rc = same_bytes(p, c[j].t, c[i].t);
-			if (rc < 0)
+			if (c[j].cls != j)
+				continue; /* compare with class firsts only */
+			if ((rc = same_bytes(p, c[j].t, c[i].t)) < 0)
 				return rc;
 			if (rc == 1) {
-				link_pair(sd, c[j].t, c[i].t);
+				c[i].cls = j;
 				break;
 			}
 		}
@@ -248,14 +257,141 @@ static int prove_bucket(struct prover *p, struct us_statedict *sd,
 	return 0;
 }
 
-static int prove_run(struct prover *p, struct us_statedict *sd,
+static bool named(const struct confirmer *p, const struct us_tensor *t)
+{
+	return p->ev->optim && p->ev->named[t - p->sd->tensors];
+}
+
+/* The word-embedding kind of config.json: [vocab] or [vocab, d]. */
+static bool vocab_kind(const struct confirmer *p, const struct us_tensor *t)
+{
+	return p->ev->embed_tied && (t->ndim == 1 || t->ndim == 2) &&
+	       t->shape[0] == p->ev->vocab;
+}
+
+/* The last two segments of a dotted name ("norm.weight"), or all of it. */
+static const char *module_leaf(const char *name)
+{
+	const char *last = strrchr(name, '.'), *prev = NULL;
+
+	for (const char *s = name; last && s < last; s++)
+		if (*s == '.')
+			prev = s;
+	return prev ? prev + 1 : name;
+}
+
+/*
+ * @a and @b end in the same module and parameter under different paths
+ * ("ema.blocks.0.attn.weight" and "blocks.0.attn.weight"): a copy of a
+ * module (an EMA, a teacher, a frozen reference, a repeated layer), which
+ * holds the same bytes whenever the original has not moved -- not one
+ * parameter reached twice.  A real tie joins two different modules
+ * (lm_head and embed_tokens).
+ */
+static bool module_copy(const struct us_tensor *a, const struct us_tensor *b)
+{
+	return strcmp(module_leaf(a->name), module_leaf(b->name)) == 0;
+}
+
+/*
+ * Link the byte-equal class @m[0..n) as far as the evidence goes; @sole:
+ * the only class of its kind.  Equal bytes alone link only under
+ * --ties=equal.  Otherwise:
+ *  - two names the optimizer lists are two parameters: the equality is a
+ *    coincidence (deep-copied layers, one AdamW step), and nothing in the
+ *    class is linked;
+ *  - config.json's tied embeddings: the one class of the vocab kind;
+ *  - the optimizer: each name it does not list joins the one it lists,
+ *    unless they are copies of one module.
+ */
+static void link_class(struct confirmer *p, struct us_statedict *sd,
+		       struct us_tensor **m, size_t n, bool sole)
+{
+	struct us_tensor *param = NULL;
+	size_t nnamed = 0;
+
+	assert(n >= 2);
+	if (p->mode == US_TIES_EQUAL) {
+		for (size_t i = 1; i < n; i++)
+			link_pair(sd, m[0], m[i]);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (named(p, m[i]) && nnamed++ == 0)
+			param = m[i];
+	if (nnamed > 1)
+		return;
+	if (sole && vocab_kind(p, m[0])) {
+		for (size_t i = 1; i < n; i++)
+			link_pair(sd, m[0], m[i]);
+		return;
+	}
+	for (size_t i = 0; param && i < n; i++)
+		if (m[i] != param && !module_copy(param, m[i]))
+			link_pair(sd, param, m[i]);
+}
+
+/* The members of the class that starts at @c[@i], into @m; their count. */
+static size_t class_members(const struct cand *c, size_t n, size_t i,
+			    struct us_tensor **m)
+{
+	size_t k = 0;
+
+	for (size_t j = i; c[i].cls == i && j < n; j++)
+		if (c[j].cls == i)
+			m[k++] = c[j].t;
+	return k;
+}
+
+/* Link the classes of the classified candidates @c[0..n). */
+static int link_classes(struct confirmer *p, struct us_statedict *sd,
+			struct cand *c, size_t n)
+{
+	struct us_tensor **m = malloc((n ? n : 1) * sizeof(*m));
+	size_t nclasses = 0;
+
+	if (!m)
+		return -12; /* -ENOMEM */
+	for (size_t i = 0; i < n; i++)
+		nclasses += class_members(c, n, i, m) >= 2;
+	for (size_t i = 0; i < n; i++) {
+		size_t k = class_members(c, n, i, m);
+
+		if (k >= 2)
+			link_class(p, sd, m, k, nclasses == 1);
+	}
+	free(m);
+	return 0;
+}
+
+/*
+ * Could the evidence propose a pair among @run (one kind)?  Only such runs
+ * are read: the vocab kind when config.json ties the embeddings, a kind
+ * holding a name the optimizer lists and one it does not; every kind under
+ * --ties=equal.
+ */
+static bool worth_reading(const struct confirmer *p, struct us_tensor **run,
+			  size_t n)
+{
+	bool in = false, out = false;
+
+	if (p->mode == US_TIES_EQUAL || vocab_kind(p, run[0]))
+		return true;
+	for (size_t i = 0; p->ev->optim && i < n; i++)
+		*(named(p, run[i]) ? &in : &out) = true;
+	return in && out;
+}
+
+static int confirm_run(struct confirmer *p, struct us_statedict *sd,
 		     struct us_tensor **run, size_t n)
 {
-	struct cand *c = calloc(n, sizeof(*c));
+	struct cand *c;
 	size_t m = 0;
 	int rc = 0;
 
-	if (!c)
+	if (!worth_reading(p, run, n))
+		return 0;
+	if (!(c = calloc(n, sizeof(*c))))
 		return -12; /* -ENOMEM */
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		if (run[i]->tie_of)
@@ -269,17 +405,20 @@ static int prove_run(struct prover *p, struct us_statedict *sd,
 	for (size_t i = 0, j; rc == 0 && i < m; i = j) {
 		for (j = i + 1; j < m && c[j].hash == c[i].hash; j++)
 			;
-		if (j - i > 1)
-			rc = prove_bucket(p, sd, c + i, j - i);
+		rc = classify_bucket(p, c, i, j - i);
 	}
+	if (rc == 0)
+		rc = link_classes(p, sd, c, m);
 	free(c);
 	return rc;
 }
 
-static int link_proven(struct us_statedict *sd, struct us_tensor **v,
-		       bool progress)
+static int link_evidenced(struct us_statedict *sd, struct us_tensor **v,
+			  enum us_ties_mode mode, const struct us_tie_evidence *ev,
+			  bool progress)
 {
-	struct prover p = { .sd = sd, .progress = progress, .start = time(NULL) };
+	struct confirmer p = { .sd = sd, .ev = ev, .mode = mode,
+			    .progress = progress, .start = time(NULL) };
 	size_t n = sd->ntensors;
 	int rc = 0;
 
@@ -292,7 +431,7 @@ static int link_proven(struct us_statedict *sd, struct us_tensor **v,
 		for (j = i + 1; j < n && cmp_kind(v[i], v[j]) == 0; j++)
 			;
 		if (j - i > 1 && v[i]->nbytes && us_dtype_bits(v[i]->dtype) % 8 == 0)
-			rc = prove_run(&p, sd, v + i, j - i);
+			rc = confirm_run(&p, sd, v + i, j - i);
 	}
 	if (progress && p.last)
 		fputc('\n', stderr);
@@ -313,8 +452,23 @@ static void count_links(struct us_statedict *sd)
 			sd->tensors[i].nlinks = sd->tensors[i].tie_of->nlinks;
 }
 
+/* The evidence of a format that saves every name, linked where the bytes
+ * confirm it.  <0: a negative errno. */
+static int link_copies(struct us_statedict *sd, struct us_tensor **v,
+		       enum us_ties_mode mode, int dirfd, bool progress)
+{
+	struct us_tie_evidence ev;
+	int rc;
+
+	if (us_tie_evidence_gather(sd, dirfd, &ev) != US_OK)
+		return -12; /* -ENOMEM */
+	rc = link_evidenced(sd, v, mode, &ev, progress);
+	us_tie_evidence_free(&ev);
+	return rc;
+}
+
 enum us_status us_ties_detect(struct us_statedict *sd, enum us_ties_mode mode,
-			      bool progress, struct us_err *err)
+			      int dirfd, bool progress, struct us_err *err)
 {
 	struct us_tensor **v;
 	int rc = 0;
@@ -327,13 +481,13 @@ enum us_status us_ties_detect(struct us_statedict *sd, enum us_ties_mode mode,
 	for (size_t i = 0; i < sd->ntensors; i++)
 		v[i] = &sd->tensors[i];
 	link_declared(sd, v);
-	if (mode == US_TIES_AUTO && sd->prove_ties)
-		rc = link_proven(sd, v, progress);
+	if ((mode == US_TIES_AUTO || mode == US_TIES_EQUAL) && sd->ties_as_copies)
+		rc = link_copies(sd, v, mode, dirfd, progress);
 	free(v);
 	count_links(sd);
 	if (rc < 0)
 		return us_err_set(err, rc == -12 ? US_E_NOMEM : US_E_IO, ".",
-				  "cannot read tensors while proving ties: %s",
+				  "cannot read tensors while confirming ties: %s",
 				  strerror(-rc));
 	return US_OK;
 }

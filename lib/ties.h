@@ -1,19 +1,24 @@
 /*
  * ties.h - tied weights: several names, one tensor.
  *
- * Two kinds of evidence (design.md, issue 4):
+ * A tie is served only where the checkpoint says so (design.md: dropping a
+ * name that is not a tie makes loaders re-initialise it):
  *  - declared: names whose chunks point at the very same source bytes (a
  *    torch.save storage shared by two names; a safetensors "<dropped>":
- *    "<kept>" record, which the reader turns into an alias of the kept
- *    tensor).  Same bytes by construction: always linked unless ties=off.
- *  - proven: formats that store every name separately (DCP saves a tied
- *    pair as two copies; the reader sets sd->prove_ties).  Candidates of equal dtype and shape are linked
- *    only after their bytes are compared, streamed through two fixed 1 MiB
- *    buffers; one differing byte keeps them apart.  Constant tensors (fresh
- *    LayerNorm weights, zero biases, scalars -- any tensor whose first 4 KiB
- *    repeat one element) are never linked by proof: they are equal by
- *    initialisation, not by tying, and excluding them by their first 4 KiB
- *    bounds the work at mount.
+ *    "<kept>" record or DeepSpeed's shared_params, which readers turn into
+ *    an alias of the kept tensor).  Same bytes by construction: always
+ *    linked unless ties=off.
+ *  - evidenced: formats that store every name separately (DCP saves a tied
+ *    pair as two copies; the reader sets sd->ties_as_copies).  Only the
+ *    writer's own evidence proposes a pair (tie_evidence.h: the optimizer
+ *    lists one name of a shared parameter; config.json ties the word
+ *    embeddings), and the pair is linked only when its bytes, compared in
+ *    full through two fixed 1 MiB buffers, are equal.  Equal bytes never
+ *    propose a pair (a LayerNorm after one AdamW step, deep-copied layers
+ *    at step 0 are equal and distinct), except under the opt-in
+ *    ties=equal.  Constant tensors (any tensor whose first 4 KiB repeat one
+ *    element) are never linked from copies: their equality is
+ *    initialisation.
  *
  * In each group the name that came first in the source is canonical (the
  * embedding precedes the output head in a state dict, and transformers
@@ -27,21 +32,24 @@
 #include "model.h"
 
 enum us_ties_mode {
-	US_TIES_AUTO,     /* declared and proven */
+	US_TIES_AUTO,     /* declared, and evidenced copies with equal bytes */
 	US_TIES_DECLARED, /* declared only: no bytes are read at mount */
 	US_TIES_OFF,      /* every name is its own tensor */
+	US_TIES_EQUAL,    /* auto, and any copies with equal bytes (opt-in:
+			   * links distinct parameters that happen to match) */
 };
 
-/* us_ties_mode_parse - "auto", "declared" or "off". */
+/* us_ties_mode_parse - "auto", "declared", "off" or "equal". */
 bool us_ties_mode_parse(const char *s, enum us_ties_mode *out);
 
 /*
  * us_ties_detect - set tie_of and nlinks on every tensor of the finalized
- * @sd.  Proving reads tensor bytes: with @progress, a line on stderr
- * reports it when it takes more than a second.  An I/O error while proving
- * is a refusal (the mount would serve the same bytes).
+ * @sd.  @dirfd is the SOURCE directory, where config.json is looked for (-1:
+ * none).  Confirming reads tensor bytes: with @progress, a line on stderr
+ * reports it when it takes more than a second.  An I/O error while
+ * confirming is a refusal (the mount would serve the same bytes).
  */
 enum us_status us_ties_detect(struct us_statedict *sd, enum us_ties_mode mode,
-			      bool progress, struct us_err *err);
+			      int dirfd, bool progress, struct us_err *err);
 
 #endif /* US_TIES_H */

@@ -968,7 +968,7 @@ static enum us_status dcp_read(struct us_statedict *sd, int dirfd,
 
 	(void)opts; /* no format options */
 	sd->format = "dcp";
-	sd->prove_ties = true; /* every FQN is saved, a tied pair twice */
+	sd->ties_as_copies = true; /* every FQN is saved, a tied pair twice */
 	if (!prefix) {
 		cJSON_Delete(tree);
 		return us_err_set(err, US_E_FORMAT, file ? file : ".",

@@ -110,7 +110,7 @@ enum us_status us_source_open(const char *path,
 	if (rc == US_OK)
 		rc = us_sd_finalize(sd, err);
 	if (rc == US_OK)
-		rc = us_ties_detect(sd, opts ? opts->ties : US_TIES_AUTO,
+		rc = us_ties_detect(sd, opts ? opts->ties : US_TIES_AUTO, dirfd,
 				    opts && opts->progress, err);
 	/* Last: ties are found on the stored bytes. */
 	for (size_t i = 0; rc == US_OK && i < sd->ntensors; i++)

@@ -23,7 +23,7 @@ struct us_source_opts {
 	const char *format; /* "auto" (or NULL), "safetensors", ... */
 	struct us_names_opts names;
 	enum us_ties_mode ties;
-	bool progress;      /* report long work (proving ties) on stderr */
+	bool progress;      /* report long work (confirming ties) on stderr */
 	bool cast;          /* --dtype other than keep: present floats as... */
 	enum us_dtype cast_to;
 	enum us_ds_weights ds_weights;

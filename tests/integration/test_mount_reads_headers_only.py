@@ -153,7 +153,7 @@ def storage_ranges(src):
 
 @pytest.mark.parametrize("fixture", ["fsdp2_3rank", "dtensor_2d"])
 def test_dcp_mount_reads_only_metadata_and_item_headers(tmp_path, fixture):
-    """With --ties=declared (no tie proving, which compares tensor bytes), mounting a
+    """With --ties=declared (no tie confirming, which compares tensor bytes), mounting a
     DCP checkpoint reads .metadata and each item's zip headers and data.pkl only."""
     from conftest import FIXTURES
     src = os.path.join(FIXTURES, "torch", fixture)
