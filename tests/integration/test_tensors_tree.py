@@ -30,7 +30,8 @@ TORCH_CASES = {
     "lightning": "lightning", "zstd": "zstd", "llama_fsdp2": "llama_fsdp2",
 }
 # fixtures with a tied pair in the source: declared in a shared torch.save storage, or
-# saved as two equal copies by DCP (proven by comparing bytes)
+# saved as two copies by DCP with the writer's evidence (the optimizer lists one name;
+# llama_fsdp2's config.json ties the embeddings), confirmed by comparing bytes
 TIED_CASES = ["single_bin", "ddp_compile", "ddp_named_params", "fsdp2_2rank", "llama_fsdp2"]
 
 CASES = {**{k: v for k, v in SOURCES.items()},
