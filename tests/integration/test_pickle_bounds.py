@@ -10,6 +10,7 @@ naming the archive, and the process's peak RSS stays at most 256 MiB."""
 import io
 import os
 import subprocess
+import sys
 import zipfile
 
 import pytest
@@ -66,13 +67,24 @@ def hostile_archive(dst, junk):
     return dst
 
 
+# Fork from a small process: a child's ru_maxrss starts at its parent's size at fork
+# (Linux keeps the high-water mark across exec), and pytest's is hundreds of MiB.
+MEASURE = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+_pid, status, usage = os.wait4(pid, 0)
+print(usage.ru_maxrss)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_measured(argv):
     """(exit status, stderr, peak RSS in MiB) of one run of @argv."""
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    err = proc.stderr.read().decode(errors="replace")
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, err, usage.ru_maxrss / 1024
+    r = subprocess.run([sys.executable, "-S", "-c", MEASURE, *argv], capture_output=True,
+                       text=True, timeout=120)
+    return r.returncode, r.stderr, int(r.stdout.split()[-1]) / 1024
 
 
 @pytest.mark.parametrize("case", sorted(JUNK))
