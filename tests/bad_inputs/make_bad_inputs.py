@@ -403,6 +403,15 @@ def st_shard_dangling_symlink(root):
                     "would not stop reads)")
 
 
+@case
+def st_empty_name(root):
+    p, n, hdr, payload = st_single(root)
+    hdr[""] = hdr.pop(st_tensors(hdr)[0])
+    write(p, st_build(hdr, payload))
+    return dict(source="src", path="model.safetensors",
+                why="a tensor named '' (no tensors/ file can have that name)")
+
+
 # ---------------------------------------------------------------- index
 
 def index_case(root, mutate):
@@ -646,6 +655,17 @@ def bin_legacy_format(root):
     torch.save({"w": torch.zeros(2)}, os.path.join(src, "pytorch_model.bin"),
                _use_new_zipfile_serialization=False)
     return dict(source="src", path="pytorch_model.bin", why="legacy (pre-1.6) torch.save")
+
+
+@case
+def bin_empty_name(root):
+    import torch
+    p = bin_single(root)
+    sd = torch.load(p, weights_only=True)
+    sd[""] = sd.pop(sorted(sd)[0])
+    torch.save(sd, p)
+    return dict(source="src", path="pytorch_model.bin",
+                why="torch.save of a state dict with a key '' (no tensors/ file can have that name)")
 
 
 def hostile_case(root, module, name, argv):
