@@ -21,6 +21,8 @@ A case builder gets its case directory and returns a dict:
   marker   a file (relative to the case directory) that must NOT exist after
            the mount attempt: the payload of a hostile pickle would create it
   strace   run this case under strace and check no file outside SOURCE opens
+  no_echo  strings the refusal must not contain: a foreign file's bytes (as text,
+           or read as a number)
   why      what the case breaks (for reports)
 """
 import glob
@@ -401,6 +403,19 @@ def st_shard_dangling_symlink(root):
     return dict(source="src", path="model.safetensors",
                 why="unreadable shard: a dangling symlink (tests run as root, so chmod 000 "
                     "would not stop reads)")
+
+
+@case
+def st_symlink_to_foreign_file(root):
+    """model.safetensors a symlink to /etc/passwd: its first 8 bytes ('root:x:0') read as
+    a header length; the refusal must not print them (as a number or otherwise)."""
+    src = os.path.join(root, "src")
+    os.makedirs(src)
+    os.symlink("/etc/passwd", os.path.join(src, "model.safetensors"))
+    head = read("/etc/passwd")[:8]
+    return dict(source="src", path="model.safetensors",
+                no_echo=[head.decode(errors="replace"), str(struct.unpack("<Q", head)[0])],
+                why="a symlink to a foreign file (/etc/passwd) named model.safetensors")
 
 
 @case
@@ -1212,6 +1227,7 @@ def build(out, names=None):
         spec.setdefault("opts", [])
         spec.setdefault("marker", None)
         spec.setdefault("strace", False)
+        spec.setdefault("no_echo", [])
         p = spec["path"]
         spec["path"] = list(p) if isinstance(p, tuple) else [p]
         spec["root"] = root
