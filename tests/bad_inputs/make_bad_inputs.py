@@ -1119,6 +1119,78 @@ def ds_module_weights_zero3(root):
                 why="--deepspeed-weights=module on ZeRO-3 (its module holds no weights)")
 
 
+def ds_latest_case(root, tag, **spec):
+    """z2_2rank with latest holding @tag (bytes, or a symlink target when it is a str);
+    the refusal must name latest."""
+    src, step = ds_copy(root, "z2_2rank")
+    latest = os.path.join(src, "latest")
+    os.unlink(latest)
+    if isinstance(tag, str):
+        os.symlink(tag, latest)
+    else:
+        write(latest, tag)
+    return dict(source="src", path="latest", **spec)
+
+
+@case
+def ds_latest_empty(root):
+    return ds_latest_case(root, b"\n", why="latest is empty (white space only)")
+
+
+@case
+def ds_latest_absolute(root):
+    out = os.path.join(root, "outside")
+    shutil.copytree(os.path.join(FIX, "deepspeed", "z2_2rank", "global_step2"), out)
+    return ds_latest_case(root, out.encode(), strace=True,
+                          why="latest names an absolute path (a real tag directory)")
+
+
+@case
+def ds_latest_dotdot(root):
+    shutil.copytree(os.path.join(FIX, "deepspeed", "z2_2rank", "global_step2"),
+                    os.path.join(root, "outside", "global_step2"))
+    return ds_latest_case(root, b"../outside/global_step2", strace=True,
+                          why="latest climbs out of SOURCE with ../ (to a real tag directory)")
+
+
+@case
+def ds_latest_foreign_symlink(root):
+    head = read("/etc/passwd")[:8]
+    return ds_latest_case(root, "/etc/passwd", no_echo=[head.decode(errors="replace")],
+                          why="latest a symlink to a foreign file (/etc/passwd)")
+
+
+@case
+def ds_latest_names_file(root):
+    return ds_latest_case(root, b"global_step2/mp_rank_00_model_states.pt",
+                          why="latest names a regular file, not a tag directory")
+
+
+@case
+def ds_latest_universal_empty(root):
+    src, uc = uc_copy(root)
+    write(os.path.join(src, "latest_universal"), b"")
+    return dict(source="src", path="latest_universal", why="latest_universal is empty")
+
+
+@case
+def ds_latest_universal_foreign_symlink(root):
+    src, uc = uc_copy(root)
+    os.unlink(os.path.join(src, "latest_universal"))
+    os.symlink("/etc/passwd", os.path.join(src, "latest_universal"))
+    return dict(source="src", path="latest_universal",
+                no_echo=[read("/etc/passwd")[:8].decode(errors="replace")],
+                why="latest_universal a symlink to a foreign file (/etc/passwd)")
+
+
+@case
+def ds_latest_universal_names_file(root):
+    src, uc = uc_copy(root)
+    write(os.path.join(src, "latest_universal"), b"global_step2_universal/zero/optimizer_state.pt")
+    return dict(source="src", path="latest_universal",
+                why="latest_universal names a regular file, not a folder")
+
+
 # ---------------------------------------------------------------- DeepSpeed universal
 
 def uc_copy(root, name="uc_z3_2rank"):
