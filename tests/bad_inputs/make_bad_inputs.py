@@ -683,6 +683,50 @@ def bin_empty_name(root):
                 why="torch.save of a state dict with a key '' (no tensors/ file can have that name)")
 
 
+def central_entry(data, record):
+    """The central directory offset of record @record ("data/0")."""
+    return next(off for off, name in central_entries(data) if name.endswith("/" + record))
+
+
+@case
+def bin_zip_aliased_record(root):
+    """Two central entries, one local header: data/1's entry points at data/0's. torch
+    and CPython's zipfile refuse it; served, the two storages would share bytes (and
+    look like a tie)."""
+    p = bin_single(root)
+    data = read(p)
+    patch(p, central_entry(data, "data/1") + 42, struct.pack("<I", local_header_of(data, "data/0")))
+    return dict(source="src", path="pytorch_model.bin",
+                why="the central directory points data/1 at data/0's local header")
+
+
+@case
+def bin_zip_size_overlaps_next(root):
+    p = bin_single(root)
+    data = read(p)
+    off = central_entry(data, "data/0")
+    size = struct.unpack("<I", data[off + 24:off + 28])[0]
+    gap = local_header_of(data, "data/1") - local_header_of(data, "data/0")
+    assert size < gap
+    patch(p, off + 20, struct.pack("<II", gap, gap))  # compressed, uncompressed size
+    return dict(source="src", path="pytorch_model.bin",
+                why="data/0's central sizes run into data/1's local header")
+
+
+@case
+def bin_zip_local_name_differs(root):
+    p = bin_single(root)
+    data = read(p)
+    loc = local_header_of(data, "data/0")
+    nlen = struct.unpack("<H", data[loc + 26:loc + 28])[0]
+    name = data[loc + 30:loc + 30 + nlen]
+    assert name.endswith(b"/data/0")
+    patch(p, loc + 30, name[:-1] + b"1")
+    return dict(source="src", path="pytorch_model.bin",
+                why="data/0's local header names data/1 (central directory and local "
+                    "headers disagree)")
+
+
 def hostile_case(root, module, name, argv):
     marker = os.path.join(root, "PWNED")
     cmd = f"touch {marker}"
