@@ -428,6 +428,26 @@ static enum us_status report_duplicate(const struct us_statedict *sd,
 			  b->source_name, tensor_file(sd, a), b->name);
 }
 
+/*
+ * A model tensor named "" (a key torch.save and the safetensors writer both
+ * accept) would be in model.safetensors and pytorch_model.bin but could
+ * have no tensors/ file: no directory entry has an empty name.  The views
+ * must agree on the names, so the mount refuses it.  Checked here, once the
+ * names are final, so that it holds for every reader (unwrapping never
+ * empties a name: us_unwrap_name keeps the source's then).  The optimizer
+ * child has no tensors/ directory, and its names are "state.<p>.<slot>".
+ */
+static enum us_status report_empty_name(const struct us_statedict *sd,
+					const struct us_tensor *t,
+					struct us_err *err)
+{
+	const char *path = tensor_file(sd, t);
+
+	return us_err_set(err, US_E_UNSUPPORTED, path ? path : ".",
+			  "a tensor has an empty name, which cannot be a "
+			  "file under tensors/");
+}
+
 enum us_status us_sd_finalize(struct us_statedict *sd, struct us_err *err)
 {
 	assert(!sd->finalized);
@@ -444,6 +464,8 @@ enum us_status us_sd_finalize(struct us_statedict *sd, struct us_err *err)
 	for (size_t i = 0; i < sd->ntensors; i++) {
 		const struct us_tensor *t = &sd->tensors[i];
 
+		if (!sd->borrowed_files && t->name[0] == '\0')
+			return report_empty_name(sd, t, err);
 		if (i > 0 && strcmp(t->name, sd->tensors[i - 1].name) == 0)
 			return report_duplicate(sd, &sd->tensors[i - 1], t, err);
 		US_TRY(check_tensor(sd, t, err));

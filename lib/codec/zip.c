@@ -1,6 +1,8 @@
 /* zip.c - end records, zip64, central directory, local headers. */
 #include "zip.h"
 
+#include <assert.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +171,64 @@ static int cmp_entry(const void *a, const void *b)
 		      ((const struct us_zip_entry *)b)->name);
 }
 
+static int cmp_local_off(const void *a, const void *b)
+{
+	uint64_t x = ((const struct us_zip_entry *)a)->local_off;
+	uint64_t y = ((const struct us_zip_entry *)b)->local_off;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Does @e's local header (of its central name's length) and data fit
+ * before @e->limit?  The local name must be the central one, so its length
+ * is known before the local header is read; its extra field is not. */
+static bool fits_limit(const struct us_zip_entry *e, uint64_t extra)
+{
+	uint64_t room;
+
+	if (e->limit < e->local_off)
+		return false;
+	room = e->limit - e->local_off;
+	return room >= LOCAL_LEN + strlen(e->name) + extra &&
+	       room - LOCAL_LEN - strlen(e->name) - extra >= e->size;
+}
+
+/*
+ * The records, in local header order, must each end before the next one
+ * starts, and the last before the central directory: an aliased record
+ * (two central entries, one local header) or a size running into the next
+ * record is refused here, from the central directory alone, and each
+ * entry learns its limit for us_zip_data.  Leaves @z->v in that order.
+ */
+static int check_layout(struct us_zip *z, const char **why)
+{
+	qsort(z->v, z->n, sizeof(*z->v), cmp_local_off);
+	for (size_t i = 0; i < z->n; i++) {
+		struct us_zip_entry *e = &z->v[i];
+
+		if (i + 1 < z->n && z->v[i + 1].local_off == e->local_off)
+			return *why = "two zip records share one local header "
+				      "(an aliased central directory entry)", -1;
+		e->limit = i + 1 < z->n ? z->v[i + 1].local_off : z->cd_off;
+		if (e->limit > z->cd_off)
+			e->limit = z->cd_off;
+		if (!fits_limit(e, 0))
+			return *why = "a zip record's size runs into the next "
+				      "record or the central directory", -1;
+	}
+	return 0;
+}
+
+/* After the sort by name: one name, one record (a second one would be
+ * found or not depending on the sort). */
+static int check_unique(const struct us_zip *z, const char **why)
+{
+	for (size_t i = 1; i < z->n; i++)
+		if (strcmp(z->v[i - 1].name, z->v[i].name) == 0)
+			return *why = "two zip records have one name", -1;
+	return 0;
+}
+
 int us_zip_open(struct us_zip *z, int fd, uint64_t base, uint64_t len,
 		struct us_arena *a, const char **why)
 {
@@ -206,11 +266,11 @@ int us_zip_open(struct us_zip *z, int fd, uint64_t base, uint64_t len,
 		rc = parse_central(z, cd, cd_size, count, a, why);
 	free(cd);
 	z->n = (size_t)count;
-	if (rc < 0 || set_prefix(z, a, why) < 0)
+	if (rc < 0 || set_prefix(z, a, why) < 0 || check_layout(z, why) < 0)
 		return -1;
 	/* Sorted for us_zip_find; the prefix came from the first entry. */
 	qsort(z->v, z->n, sizeof(*z->v), cmp_entry);
-	return 0;
+	return check_unique(z, why);
 }
 
 const struct us_zip_entry *us_zip_find(const struct us_zip *z, const char *record)
@@ -227,18 +287,62 @@ const struct us_zip_entry *us_zip_find(const struct us_zip *z, const char *recor
 	return hit;
 }
 
+/* A local header's size field agrees with the central @want when it states
+ * one: 0 under a data descriptor (flag bit 3, torch's way) and 0xFFFFFFFF
+ * (the value is in the zip64 extra field) state none. */
+static bool local_size_ok(uint64_t local, uint64_t want, bool descriptor)
+{
+	if (local == 0xFFFFFFFFu || (descriptor && local == 0))
+		return true;
+	return local == want;
+}
+
+/* @e's local header @h (its fixed part and name) against its central entry. */
+static int check_local(const struct us_zip_entry *e, const unsigned char *h,
+		       const char **why)
+{
+	size_t nlen = strlen(e->name);
+	bool descriptor = le(h + 6, 2) & 0x8;
+
+	if (le(h + 8, 2) != 0)
+		return *why = "a zip record's local header says it is "
+			      "compressed, its central entry stored", -1;
+	if (le(h + 26, 2) != nlen || memcmp(h + LOCAL_LEN, e->name, nlen) != 0)
+		return *why = "a zip record's local header names another "
+			      "record (central directory and local headers "
+			      "disagree)", -1;
+	if (!local_size_ok(le(h + 18, 4), e->size, descriptor) ||
+	    !local_size_ok(le(h + 22, 4), e->size, descriptor))
+		return *why = "a zip record's local header and central entry "
+			      "give different sizes", -1;
+	return 0;
+}
+
 int us_zip_data(const struct us_zip *z, const struct us_zip_entry *e,
 		uint64_t *off, const char **why)
 {
-	unsigned char h[LOCAL_LEN];
-	uint64_t data;
+	size_t nlen = strlen(e->name);
+	unsigned char *h;
+	int rc = -1;
 
-	if (e->local_off > z->cd_off || z->cd_off - e->local_off < LOCAL_LEN ||
-	    rd(z, h, LOCAL_LEN, e->local_off) < 0 || le(h, 4) != SIG_LOCAL)
+	assert(e->limit <= z->cd_off);
+	if (!fits_limit(e, 0))
 		return *why = "bad local zip header", -1;
-	data = e->local_off + LOCAL_LEN + le(h + 26, 2) + le(h + 28, 2);
-	if (data > z->cd_off || e->size > z->cd_off - data)
-		return *why = "zip record data runs past the central directory", -1;
-	*off = data;
-	return 0;
+	h = malloc(LOCAL_LEN + nlen);
+	if (!h)
+		return *why = "out of memory", -1;
+	if (rd(z, h, LOCAL_LEN + nlen, e->local_off) < 0 ||
+	    le(h, 4) != SIG_LOCAL) {
+		*why = "bad local zip header";
+	} else if (check_local(e, h, why) < 0) {
+		/* *why says which field disagrees */
+	} else if (!fits_limit(e, le(h + 28, 2))) {
+		*why = "zip record data runs into the next record or the "
+		       "central directory";
+	} else {
+		*off = e->local_off + LOCAL_LEN + nlen + le(h + 28, 2);
+		rc = 0;
+	}
+	free(h);
+	return rc;
 }

@@ -7,6 +7,13 @@
  * header (30 + name length + extra length), whose extra field differs from
  * the central directory's (formats.md).  Local headers are read lazily, only
  * for the records a reader asks for.  Offsets are relative to the archive.
+ *
+ * Records may not overlap: the central directory must not point two names
+ * at one local header (an alias: two tensors would silently share bytes,
+ * and look like a tie), nor give a record a size that runs into the next
+ * record or the central directory; a record's local header must carry its
+ * central entry's name (and method and sizes, where it states them).
+ * torch's own reader and CPython's zipfile refuse such archives too.
  */
 #ifndef US_ZIP_H
 #define US_ZIP_H
@@ -20,6 +27,10 @@ struct us_zip_entry {
 	const char *name;
 	uint64_t size;      /* stored = uncompressed size */
 	uint64_t local_off; /* offset of the local header */
+	uint64_t limit;     /* the next record's local header, or the central
+			     * directory: this record's header and data end
+			     * by it (us_zip_open checks what the central
+			     * directory says, us_zip_data the local header) */
 };
 
 struct us_zip {
@@ -43,7 +54,9 @@ const struct us_zip_entry *us_zip_find(const struct us_zip *z, const char *recor
 
 /*
  * us_zip_data - the offset (relative to the archive) of @e's data, from its
- * local header, checked to lie with its size before the central directory.
+ * local header, checked to carry @e's name, method and sizes and to end,
+ * with its data, by @e->limit (so before the next record and the central
+ * directory).
  */
 int us_zip_data(const struct us_zip *z, const struct us_zip_entry *e,
 		uint64_t *off, const char **why);

@@ -65,7 +65,7 @@ static bool is_safetensors(const char *name)
 
 static bool ds_probe(int dirfd, const char *file)
 {
-	char tag[DS_TAG_MAX + 1];
+	char tag[DS_TAG_MAX + 1], why[US_DS_TAG_WHY_MAX];
 	bool yes;
 	int d;
 
@@ -73,15 +73,22 @@ static bool ds_probe(int dirfd, const char *file)
 		return false;
 	if (has_model_states(dirfd))
 		return true;
-	if (!us_ds_read_tag(dirfd, "latest", tag))
+	switch (us_ds_tag(dirfd, "latest", tag, why)) {
+	case US_DS_TAG_ABSENT:
 		return false;
-	/* "latest" naming nothing: ours, so that the refusal says so --
-	 * unless safetensors files are there (tag directories pruned from an
-	 * HF Trainer checkpoint: its model.safetensors is the model) */
+	case US_DS_TAG_BAD:
+		/* a "latest" that leads nowhere (names nothing, is empty,
+		 * climbs out, ...): ours, so that the refusal names it --
+		 * unless safetensors files are there (tag directories pruned
+		 * from an HF Trainer checkpoint: its model.safetensors is the
+		 * model) */
+		return !us_dir_any(dirfd, is_safetensors);
+	case US_DS_TAG_DIR:
+		break;
+	}
 	d = openat(dirfd, tag, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (d < 0)
-		return faccessat(dirfd, tag, F_OK, 0) != 0 &&
-		       !us_dir_any(dirfd, is_safetensors);
+		return false;
 	yes = has_model_states(d);
 	close(d);
 	return yes;
@@ -582,13 +589,21 @@ static enum us_status add_params(struct ds *d)
 
 static enum us_status ds_read_all(struct ds *d)
 {
-	char tag[DS_TAG_MAX + 1];
+	char tag[DS_TAG_MAX + 1], why[US_DS_TAG_WHY_MAX];
 
 	strcpy(d->where, ".");
 	if (!has_model_states(d->dirfd)) {
-		if (!us_ds_read_tag(d->dirfd, "latest", tag))
-			return us_err_set(d->err, US_E_FORMAT, "latest",
-					  "no checkpoint tag");
+		switch (us_ds_tag(d->dirfd, "latest", tag, why)) {
+		case US_DS_TAG_ABSENT:
+			return us_err_set(d->err, US_E_FORMAT, ".",
+					  "no *_model_states.pt file, and no "
+					  "latest naming a tag directory");
+		case US_DS_TAG_BAD:
+			return us_err_set(d->err, US_E_FORMAT, "latest", "%s",
+					  why);
+		case US_DS_TAG_DIR:
+			break;
+		}
 		snprintf(d->prefix, sizeof(d->prefix), "%s/", tag);
 		snprintf(d->where, sizeof(d->where), "%s", tag);
 		US_TRY(us_sd_consume(d->sd, "latest"));

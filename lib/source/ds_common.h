@@ -33,9 +33,25 @@ struct us_ds_param {
 	uint64_t off;           /* the ZeRO reader's offset in its flat vector */
 };
 
-/* us_ds_read_tag - the tag the file @name ("latest", "latest_universal")
- * names, stripped; false if there is none or it could climb out. */
-bool us_ds_read_tag(int dirfd, const char *name, char *tag);
+/* What a tag file ("latest", "latest_universal") says. */
+enum us_ds_tag {
+	US_DS_TAG_ABSENT, /* there is no such file */
+	US_DS_TAG_DIR,    /* it names a directory inside SOURCE */
+	US_DS_TAG_BAD,    /* anything else: empty, not a tag, absolute, climbs
+			   * out, names nothing or a non-directory */
+};
+
+#define US_DS_TAG_WHY_MAX (US_DS_TAG_MAX + 128)
+
+/*
+ * us_ds_tag - read the tag file @name under @dirfd as DeepSpeed does
+ * (its text, stripped) into @tag (US_DS_TAG_MAX + 1 bytes).  For
+ * US_DS_TAG_BAD, @why (US_DS_TAG_WHY_MAX bytes) says what is wrong, for a
+ * refusal naming @name.  It quotes the tag only once it is one line of
+ * text no longer than a tag: anything else may be a foreign file's bytes
+ * (a "latest" symlinked to /etc/passwd), and is described, not printed.
+ */
+enum us_ds_tag us_ds_tag(int dirfd, const char *name, char *tag, char *why);
 
 /* us_ds_model_states_name - "..._model_states.pt": a model states file
  * (ZeRO's or a universal checkpoint's). */

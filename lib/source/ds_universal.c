@@ -58,17 +58,18 @@ static bool is_universal(int dirfd)
 
 static bool uc_probe(int dirfd, const char *file)
 {
-	char tag[US_DS_TAG_MAX + 1];
+	char tag[US_DS_TAG_MAX + 1], why[US_DS_TAG_WHY_MAX];
 
 	if (file)
 		return false;
 	if (is_universal(dirfd))
 		return true;
 	/* a root with both: "latest" is what DeepSpeed loads by default.  A
-	 * root with only latest_universal is ours even when what it names is
-	 * broken: the refusal then says what is missing. */
-	return faccessat(dirfd, "latest", F_OK, 0) != 0 &&
-	       us_ds_read_tag(dirfd, "latest_universal", tag);
+	 * root with only latest_universal is ours even when it or what it
+	 * names is broken: the refusal then says what is wrong. */
+	return us_ds_tag(dirfd, "latest", tag, why) == US_DS_TAG_ABSENT &&
+	       us_ds_tag(dirfd, "latest_universal", tag, why) !=
+	       US_DS_TAG_ABSENT;
 }
 
 /* "<prefix><a><b>" in the arena (NULL when out of memory). */
@@ -95,18 +96,23 @@ static char *state_path(struct uc *u, const char *param, const char *file)
 
 static enum us_status locate(struct uc *u)
 {
-	char tag[US_DS_TAG_MAX + 1];
+	char tag[US_DS_TAG_MAX + 1], why[US_DS_TAG_WHY_MAX];
 
 	if (is_universal(u->dirfd))
 		return US_OK;
-	if (!us_ds_read_tag(u->dirfd, "latest_universal", tag))
+	switch (us_ds_tag(u->dirfd, "latest_universal", tag, why)) {
+	case US_DS_TAG_ABSENT:
+		return us_err_set(u->err, US_E_FORMAT, ".", "no %s here, and "
+				  "no latest_universal naming a universal "
+				  "checkpoint folder", UC_OPTIM);
+	case US_DS_TAG_BAD:
 		return us_err_set(u->err, US_E_FORMAT, "latest_universal",
-				  "no universal checkpoint tag");
+				  "%s", why);
+	case US_DS_TAG_DIR:
+		break;
+	}
 	snprintf(u->prefix, sizeof(u->prefix), "%s/", tag);
 	US_TRY(us_sd_consume(u->sd, "latest_universal"));
-	if (faccessat(u->dirfd, tag, F_OK, 0) != 0)
-		return us_err_set(u->err, US_E_FORMAT, "latest_universal",
-				  "names a missing directory '%s'", tag);
 	if (faccessat(u->dirfd, relpath(u, UC_OPTIM, ""), F_OK, 0) != 0)
 		return us_err_set(u->err, US_E_FORMAT, relpath(u, UC_OPTIM, ""),
 				  "missing: not a universal checkpoint");

@@ -51,15 +51,20 @@ static enum us_status st_read_header(const struct us_file *f, cJSON **root,
 				  strerror(-rc));
 	for (int i = 7; i >= 0; i--)
 		n = n << 8 | len8[i];
+	/* n is the file's first 8 bytes, unvalidated: any file can sit here
+	 * under a .safetensors name (a symlink to /etc/passwd reads 'root:x:0'
+	 * as 3475222254926655346), so the messages say what is wrong without
+	 * printing it.  The file's size is ours (fstat). */
 	if (n > ST_MAX_HEADER)
 		return us_err_set(err, US_E_FORMAT, f->relpath,
-				  "header length %llu exceeds the 100000000-byte "
-				  "limit", (unsigned long long)n);
+				  "its 8-byte header length is over the "
+				  "100000000-byte limit: not a safetensors file, "
+				  "or a corrupt one");
 	if (n + 8 > (uint64_t)f->size)
 		return us_err_set(err, US_E_FORMAT, f->relpath,
-				  "header length %llu runs past the end of the "
-				  "file (%lld bytes): truncated or corrupt",
-				  (unsigned long long)n, (long long)f->size);
+				  "its 8-byte header length runs past the end of "
+				  "the file (%lld bytes): truncated, or not a "
+				  "safetensors file", (long long)f->size);
 	hdr = malloc(n ? n : 1);
 	if (!hdr)
 		return us_err_set(err, US_E_NOMEM, f->relpath, "out of memory");

@@ -21,6 +21,8 @@ A case builder gets its case directory and returns a dict:
   marker   a file (relative to the case directory) that must NOT exist after
            the mount attempt: the payload of a hostile pickle would create it
   strace   run this case under strace and check no file outside SOURCE opens
+  no_echo  strings the refusal must not contain: a foreign file's bytes (as text,
+           or read as a number)
   why      what the case breaks (for reports)
 """
 import glob
@@ -403,6 +405,28 @@ def st_shard_dangling_symlink(root):
                     "would not stop reads)")
 
 
+@case
+def st_symlink_to_foreign_file(root):
+    """model.safetensors a symlink to /etc/passwd: its first 8 bytes ('root:x:0') read as
+    a header length; the refusal must not print them (as a number or otherwise)."""
+    src = os.path.join(root, "src")
+    os.makedirs(src)
+    os.symlink("/etc/passwd", os.path.join(src, "model.safetensors"))
+    head = read("/etc/passwd")[:8]
+    return dict(source="src", path="model.safetensors",
+                no_echo=[head.decode(errors="replace"), str(struct.unpack("<Q", head)[0])],
+                why="a symlink to a foreign file (/etc/passwd) named model.safetensors")
+
+
+@case
+def st_empty_name(root):
+    p, n, hdr, payload = st_single(root)
+    hdr[""] = hdr.pop(st_tensors(hdr)[0])
+    write(p, st_build(hdr, payload))
+    return dict(source="src", path="model.safetensors",
+                why="a tensor named '' (no tensors/ file can have that name)")
+
+
 # ---------------------------------------------------------------- index
 
 def index_case(root, mutate):
@@ -646,6 +670,61 @@ def bin_legacy_format(root):
     torch.save({"w": torch.zeros(2)}, os.path.join(src, "pytorch_model.bin"),
                _use_new_zipfile_serialization=False)
     return dict(source="src", path="pytorch_model.bin", why="legacy (pre-1.6) torch.save")
+
+
+@case
+def bin_empty_name(root):
+    import torch
+    p = bin_single(root)
+    sd = torch.load(p, weights_only=True)
+    sd[""] = sd.pop(sorted(sd)[0])
+    torch.save(sd, p)
+    return dict(source="src", path="pytorch_model.bin",
+                why="torch.save of a state dict with a key '' (no tensors/ file can have that name)")
+
+
+def central_entry(data, record):
+    """The central directory offset of record @record ("data/0")."""
+    return next(off for off, name in central_entries(data) if name.endswith("/" + record))
+
+
+@case
+def bin_zip_aliased_record(root):
+    """Two central entries, one local header: data/1's entry points at data/0's. torch
+    and CPython's zipfile refuse it; served, the two storages would share bytes (and
+    look like a tie)."""
+    p = bin_single(root)
+    data = read(p)
+    patch(p, central_entry(data, "data/1") + 42, struct.pack("<I", local_header_of(data, "data/0")))
+    return dict(source="src", path="pytorch_model.bin",
+                why="the central directory points data/1 at data/0's local header")
+
+
+@case
+def bin_zip_size_overlaps_next(root):
+    p = bin_single(root)
+    data = read(p)
+    off = central_entry(data, "data/0")
+    size = struct.unpack("<I", data[off + 24:off + 28])[0]
+    gap = local_header_of(data, "data/1") - local_header_of(data, "data/0")
+    assert size < gap
+    patch(p, off + 20, struct.pack("<II", gap, gap))  # compressed, uncompressed size
+    return dict(source="src", path="pytorch_model.bin",
+                why="data/0's central sizes run into data/1's local header")
+
+
+@case
+def bin_zip_local_name_differs(root):
+    p = bin_single(root)
+    data = read(p)
+    loc = local_header_of(data, "data/0")
+    nlen = struct.unpack("<H", data[loc + 26:loc + 28])[0]
+    name = data[loc + 30:loc + 30 + nlen]
+    assert name.endswith(b"/data/0")
+    patch(p, loc + 30, name[:-1] + b"1")
+    return dict(source="src", path="pytorch_model.bin",
+                why="data/0's local header names data/1 (central directory and local "
+                    "headers disagree)")
 
 
 def hostile_case(root, module, name, argv):
@@ -1084,6 +1163,78 @@ def ds_module_weights_zero3(root):
                 why="--deepspeed-weights=module on ZeRO-3 (its module holds no weights)")
 
 
+def ds_latest_case(root, tag, **spec):
+    """z2_2rank with latest holding @tag (bytes, or a symlink target when it is a str);
+    the refusal must name latest."""
+    src, step = ds_copy(root, "z2_2rank")
+    latest = os.path.join(src, "latest")
+    os.unlink(latest)
+    if isinstance(tag, str):
+        os.symlink(tag, latest)
+    else:
+        write(latest, tag)
+    return dict(source="src", path="latest", **spec)
+
+
+@case
+def ds_latest_empty(root):
+    return ds_latest_case(root, b"\n", why="latest is empty (white space only)")
+
+
+@case
+def ds_latest_absolute(root):
+    out = os.path.join(root, "outside")
+    shutil.copytree(os.path.join(FIX, "deepspeed", "z2_2rank", "global_step2"), out)
+    return ds_latest_case(root, out.encode(), strace=True,
+                          why="latest names an absolute path (a real tag directory)")
+
+
+@case
+def ds_latest_dotdot(root):
+    shutil.copytree(os.path.join(FIX, "deepspeed", "z2_2rank", "global_step2"),
+                    os.path.join(root, "outside", "global_step2"))
+    return ds_latest_case(root, b"../outside/global_step2", strace=True,
+                          why="latest climbs out of SOURCE with ../ (to a real tag directory)")
+
+
+@case
+def ds_latest_foreign_symlink(root):
+    head = read("/etc/passwd")[:8]
+    return ds_latest_case(root, "/etc/passwd", no_echo=[head.decode(errors="replace")],
+                          why="latest a symlink to a foreign file (/etc/passwd)")
+
+
+@case
+def ds_latest_names_file(root):
+    return ds_latest_case(root, b"global_step2/mp_rank_00_model_states.pt",
+                          why="latest names a regular file, not a tag directory")
+
+
+@case
+def ds_latest_universal_empty(root):
+    src, uc = uc_copy(root)
+    write(os.path.join(src, "latest_universal"), b"")
+    return dict(source="src", path="latest_universal", why="latest_universal is empty")
+
+
+@case
+def ds_latest_universal_foreign_symlink(root):
+    src, uc = uc_copy(root)
+    os.unlink(os.path.join(src, "latest_universal"))
+    os.symlink("/etc/passwd", os.path.join(src, "latest_universal"))
+    return dict(source="src", path="latest_universal",
+                no_echo=[read("/etc/passwd")[:8].decode(errors="replace")],
+                why="latest_universal a symlink to a foreign file (/etc/passwd)")
+
+
+@case
+def ds_latest_universal_names_file(root):
+    src, uc = uc_copy(root)
+    write(os.path.join(src, "latest_universal"), b"global_step2_universal/zero/optimizer_state.pt")
+    return dict(source="src", path="latest_universal",
+                why="latest_universal names a regular file, not a folder")
+
+
 # ---------------------------------------------------------------- DeepSpeed universal
 
 def uc_copy(root, name="uc_z3_2rank"):
@@ -1192,6 +1343,7 @@ def build(out, names=None):
         spec.setdefault("opts", [])
         spec.setdefault("marker", None)
         spec.setdefault("strace", False)
+        spec.setdefault("no_echo", [])
         p = spec["path"]
         spec["path"] = list(p) if isinstance(p, tuple) else [p]
         spec["root"] = root

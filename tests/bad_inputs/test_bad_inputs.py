@@ -4,8 +4,8 @@ fixtures must be refused at mount, cleanly.
 For each case, `unshardfs -f SOURCE MNT` (the real binary, $UNSHARDFS_BUILD/fs/unshardfs)
 must within 5 s: exit with status 2; print exactly one stderr line
 `unshardfs: <path>: <reason>` whose <path> is the offending file relative to SOURCE;
-leave nothing mounted; and never run what a hostile pickle names (its payload would
-create a marker file). Cases marked `strace` run under `strace -f -e trace=open,openat`
+leave nothing mounted; never echo a foreign file's bytes (a case's `no_echo` strings);
+and never run what a hostile pickle names (its payload would create a marker file). Cases marked `strace` run under `strace -f -e trace=open,openat`
 and must not open any file outside SOURCE (other than the system's: /proc, /dev, /etc,
 /lib, /usr, ... -- the loader, libc and FUSE's own).
 
@@ -119,6 +119,9 @@ def run_case(spec):
             elif m.group(1) not in spec["path"]:
                 problems.append(f"names {m.group(1)!r}, expected {' or '.join(spec['path'])!r}: "
                                 f"{lines[0]!r}")
+            for s in spec["no_echo"]:
+                if s in lines[0]:
+                    problems.append(f"echoes a foreign file's bytes ({s!r}): {lines[0]!r}")
         if not use_strace and elapsed > TIMEOUT:
             problems.append(f"took {elapsed:.1f}s")
         if spec["marker"] and os.path.exists(os.path.join(root, spec["marker"])):

@@ -408,3 +408,21 @@ def test_pruned_tag_directory_leaves_the_export(tmp_path):
         got = {k: v.clone() for k, v in load_file(os.path.join(mnt, "model.safetensors")).items()}
         gc.collect()
     assert sorted(got) == sorted(export)
+
+
+@pytest.mark.parametrize("latest", [b"", b"/abs", b"../x", b"global_step2/mp_rank_00_model_states.pt"])
+def test_broken_latest_leaves_the_export(tmp_path, latest):
+    """A latest that leads nowhere (empty, absolute, climbing out, naming a file) beside a
+    model.safetensors: the export is the model, as with a removed tag directory; without
+    the export, the refusal names latest."""
+    from safetensors.torch import load_file
+    src, _ref, export = _hf_trainer_dir(tmp_path)
+    with open(os.path.join(src, "latest"), "wb") as f:
+        f.write(latest)
+    with mount(src) as mnt:
+        got = {k: v.clone() for k, v in load_file(os.path.join(mnt, "model.safetensors")).items()}
+        gc.collect()
+    assert sorted(got) == sorted(export)
+    os.unlink(os.path.join(src, "model.safetensors"))
+    path, reason = refuse(src)
+    assert path == "latest", (path, reason)

@@ -319,12 +319,17 @@ def test_keys_that_cannot_be_names_but_hold_no_tensor_are_skipped(tmp_path):
 
 
 def test_long_and_empty_names_served(tmp_path):
+    """A 5000-byte name is served (in model.safetensors and pytorch_model.bin; it has no
+    tensors/ file, as no directory entry can be that long). An empty name is refused at
+    mount, naming the source file: it would be in two views and missing from tensors/."""
     long = "L" * 5000
-    sd = {long: torch.arange(3.0), "": torch.ones(2, dtype=torch.int16), "ok": torch.zeros(1)}
-    got = _served(_save(tmp_path, sd))
+    sd = {long: torch.arange(3.0), "ok": torch.zeros(1)}
+    got = _served(_save(tmp_path / "long", sd))
     assert sorted(got) == sorted(sd)
     for k, v in sd.items():
         assert tensor_bytes(got[k]) == tensor_bytes(v), k[:20]
+    path, reason = refuse(_save(tmp_path / "empty", {**sd, "": torch.ones(2, dtype=torch.int16)}))
+    assert path == "model.pt" and "empty name" in reason, reason
 
 
 @pytest.mark.parametrize("wrap", ["bare", "in_dict"])

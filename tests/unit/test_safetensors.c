@@ -75,11 +75,11 @@ static void test_header_lengths(void)
 
 	snprintf(path, sizeof(path), "%s/m.safetensors", d);
 	CHECK(tmpdir_write(d, "m.safetensors", huge, sizeof(huge)) == 0);
-	expect_open(path, US_E_FORMAT, "m.safetensors: header length");
+	expect_open(path, US_E_FORMAT, "m.safetensors: its 8-byte header length");
 	CHECK(tmpdir_write(d, "m.safetensors", past, sizeof(past)) == 0);
-	expect_open(path, US_E_FORMAT, "m.safetensors: header length");
+	expect_open(path, US_E_FORMAT, "m.safetensors: its 8-byte header length");
 	CHECK(tmpdir_write(d, "m.safetensors", lim, sizeof(lim)) == 0);
-	expect_open(path, US_E_FORMAT, "m.safetensors: header length");
+	expect_open(path, US_E_FORMAT, "m.safetensors: its 8-byte header length");
 	CHECK(tmpdir_write(d, "m.safetensors", "abc", 3) == 0);
 	expect_open(path, US_E_FORMAT, "m.safetensors: ");
 	tmpdir_rm(d);
