@@ -51,6 +51,57 @@ bool us_tie_model_type_ties(const char *model_type)
 		       sizeof(default_tied[0]), cmp_str) != NULL;
 }
 
+/* ---- the embedding pair --------------------------------------------------- */
+
+/*
+ * The tied pairs of transformers' models, by the ends of their names:
+ * {output embedding, input embedding}.  (Models that tie more than two
+ * names, T5's and BART's shared/encoder/decoder embeddings, are not here:
+ * left untied, which always loads.)
+ */
+static const struct {
+	const char *out, *in;
+} embed_pairs[] = {
+	{"lm_head.weight", "embed_tokens.weight"},     /* Llama, Mistral, OPT, Gemma */
+	{"lm_head.weight", "wte.weight"},              /* GPT-2, GPT-Neo, BigCode */
+	{"lm_head.weight", "word_embeddings.weight"},  /* BLOOM, Falcon */
+	{"lm_head.decoder.weight", "word_embeddings.weight"}, /* RoBERTa */
+	{"lm_head.decoder.bias", "lm_head.bias"},
+	{"cls.predictions.decoder.weight", "word_embeddings.weight"}, /* BERT */
+	{"cls.predictions.decoder.bias", "cls.predictions.bias"},
+	{"vocab_projector.weight", "word_embeddings.weight"}, /* DistilBERT */
+};
+
+/* @name ends with @suffix at a dot (or is it); the prefix's length. */
+static bool ends_with(const char *name, const char *suffix, size_t *plen)
+{
+	size_t n = strlen(name), k = strlen(suffix);
+
+	if (n < k || strcmp(name + n - k, suffix) != 0 ||
+	    (n > k && name[n - k - 1] != '.'))
+		return false;
+	*plen = n - k;
+	return true;
+}
+
+bool us_tie_embedding_pair(const char *out, const char *in)
+{
+	size_t po, pi;
+
+	for (size_t i = 0; i < sizeof(embed_pairs) / sizeof(embed_pairs[0]); i++) {
+		if (!ends_with(out, embed_pairs[i].out, &po) ||
+		    !ends_with(in, embed_pairs[i].in, &pi))
+			continue;
+		/* one model: the input embedding sits under the head's
+		 * container ("" / "model.", "language_model." /
+		 * "language_model.model."), never under a sibling's
+		 * ("teacher." / "student.model.") */
+		if (pi >= po && strncmp(out, in, po) == 0)
+			return true;
+	}
+	return false;
+}
+
 /* ---- the optimizer -------------------------------------------------------- */
 
 /*

@@ -6,13 +6,15 @@
  * nothing; equal bytes say nothing either (a LayerNorm after one AdamW step,
  * deep-copied layers at step 0).  Two things the writers leave do:
  *
+ *  - an HF config.json beside the checkpoint whose tie_word_embeddings says
+ *    the input and output embeddings are one tensor ([vocab_size, ...]):
+ *    this proposes a pair;
  *  - the optimizer: torch's get_optimizer_state_dict and FSDP's
  *    optim_state_dict key state and param_groups' "params" by the FQN that
- *    named_parameters() yields, which visits a shared parameter once (its
- *    first name).  A tied name has model weights, no optimizer entry; two
- *    names the optimizer lists are two parameters.
- *  - an HF config.json beside the checkpoint whose tie_word_embeddings says
- *    the input and output embeddings are one tensor ([vocab_size, ...]).
+ *    named_parameters() yields, which visits a shared parameter once.  Two
+ *    names the optimizer lists are two parameters: this vetoes a pair.  A
+ *    name it does not list proves nothing: a frozen copy (an EMA, a teacher,
+ *    PEFT's original_module, a buffer) is not listed either.
  *
  * ties.c proposes pairs from these and confirms them by their bytes.
  */
@@ -49,6 +51,14 @@ enum us_status us_tie_evidence_gather(const struct us_statedict *sd, int dirfd,
 				      struct us_tie_evidence *ev);
 
 void us_tie_evidence_free(struct us_tie_evidence *ev);
+
+/*
+ * us_tie_embedding_pair - are @out and @in the output and input embeddings
+ * of one transformers model ("lm_head.weight" and "model.embed_tokens.weight",
+ * "cls.predictions.decoder.weight" and "bert.embeddings.word_embeddings.weight")?
+ * config.json's tie_word_embeddings is about exactly such a pair.
+ */
+bool us_tie_embedding_pair(const char *out, const char *in);
 
 /* us_tie_model_type_ties - transformers ties the embeddings of
  * @model_type when its config.json omits tie_word_embeddings. */

@@ -269,45 +269,23 @@ static bool vocab_kind(const struct confirmer *p, const struct us_tensor *t)
 	       t->shape[0] == p->ev->vocab;
 }
 
-/* The last two segments of a dotted name ("norm.weight"), or all of it. */
-static const char *module_leaf(const char *name)
-{
-	const char *last = strrchr(name, '.'), *prev = NULL;
-
-	for (const char *s = name; last && s < last; s++)
-		if (*s == '.')
-			prev = s;
-	return prev ? prev + 1 : name;
-}
-
-/*
- * @a and @b end in the same module and parameter under different paths
- * ("ema.blocks.0.attn.weight" and "blocks.0.attn.weight"): a copy of a
- * module (an EMA, a teacher, a frozen reference, a repeated layer), which
- * holds the same bytes whenever the original has not moved -- not one
- * parameter reached twice.  A real tie joins two different modules
- * (lm_head and embed_tokens).
- */
-static bool module_copy(const struct us_tensor *a, const struct us_tensor *b)
-{
-	return strcmp(module_leaf(a->name), module_leaf(b->name)) == 0;
-}
-
 /*
  * Link the byte-equal class @m[0..n) as far as the evidence goes; @sole:
  * the only class of its kind.  Equal bytes alone link only under
- * --ties=equal.  Otherwise:
- *  - two names the optimizer lists are two parameters: the equality is a
- *    coincidence (deep-copied layers, one AdamW step), and nothing in the
- *    class is linked;
- *  - config.json's tied embeddings: the one class of the vocab kind;
- *  - the optimizer: each name it does not list joins the one it lists,
- *    unless they are copies of one module.
+ * --ties=equal.  Otherwise only config.json's tied embeddings link, and
+ * only a class that is exactly their pair: the one class of the vocab kind,
+ * two names, an output and an input embedding of one model
+ * (us_tie_embedding_pair), the output not listed by the optimizer.  Three
+ * or more equal copies (a teacher beside its student, an EMA) or a class
+ * the optimizer lists twice (two parameters) is a coincidence of bytes, and
+ * every name is served: that always loads.  The optimizer never proposes a
+ * pair: the names it leaves out are also those of frozen copies (an EMA, a
+ * teacher, PEFT's original_module), equal while the original has not moved
+ * (step 0, a warm-up at lr 0, a group at lr 0).
  */
 static void link_class(struct confirmer *p, struct us_statedict *sd,
 		       struct us_tensor **m, size_t n, bool sole)
 {
-	struct us_tensor *param = NULL;
 	size_t nnamed = 0;
 
 	assert(n >= 2);
@@ -317,18 +295,14 @@ static void link_class(struct confirmer *p, struct us_statedict *sd,
 		return;
 	}
 	for (size_t i = 0; i < n; i++)
-		if (named(p, m[i]) && nnamed++ == 0)
-			param = m[i];
-	if (nnamed > 1)
+		nnamed += named(p, m[i]);
+	if (nnamed > 1 || n != 2 || !sole || !vocab_kind(p, m[0]))
 		return;
-	if (sole && vocab_kind(p, m[0])) {
-		for (size_t i = 1; i < n; i++)
-			link_pair(sd, m[0], m[i]);
-		return;
-	}
-	for (size_t i = 0; param && i < n; i++)
-		if (m[i] != param && !module_copy(param, m[i]))
-			link_pair(sd, param, m[i]);
+	for (int o = 0; o < 2; o++)
+		if (us_tie_embedding_pair(m[o]->name, m[!o]->name) && !named(p, m[o])) {
+			link_pair(sd, m[!o], m[o]);
+			return;
+		}
 }
 
 /* The members of the class that starts at @c[@i], into @m; their count. */
@@ -366,20 +340,12 @@ static int link_classes(struct confirmer *p, struct us_statedict *sd,
 
 /*
  * Could the evidence propose a pair among @run (one kind)?  Only such runs
- * are read: the vocab kind when config.json ties the embeddings, a kind
- * holding a name the optimizer lists and one it does not; every kind under
- * --ties=equal.
+ * are read: the vocab kind when config.json ties the embeddings; every kind
+ * under --ties=equal.
  */
-static bool worth_reading(const struct confirmer *p, struct us_tensor **run,
-			  size_t n)
+static bool worth_reading(const struct confirmer *p, struct us_tensor **run)
 {
-	bool in = false, out = false;
-
-	if (p->mode == US_TIES_EQUAL || vocab_kind(p, run[0]))
-		return true;
-	for (size_t i = 0; p->ev->optim && i < n; i++)
-		*(named(p, run[i]) ? &in : &out) = true;
-	return in && out;
+	return p->mode == US_TIES_EQUAL || vocab_kind(p, run[0]);
 }
 
 static int confirm_run(struct confirmer *p, struct us_statedict *sd,
@@ -389,7 +355,7 @@ static int confirm_run(struct confirmer *p, struct us_statedict *sd,
 	size_t m = 0;
 	int rc = 0;
 
-	if (!worth_reading(p, run, n))
+	if (!worth_reading(p, run))
 		return 0;
 	if (!(c = calloc(n, sizeof(*c))))
 		return -12; /* -ENOMEM */

@@ -250,11 +250,15 @@ def without(key):
 
 
 @pytest.mark.parametrize("name", ["gpt2_fsdp2", "llama_fsdp2_optim", "bert_fsdp1_step1"])
-def test_optimizer_alone_is_evidence(tmp_path, name):
-    """get_optimizer_state_dict / FSDP.optim_state_dict list a shared parameter once."""
+def test_optimizer_alone_is_no_evidence(tmp_path, name):
+    """get_optimizer_state_dict lists a shared parameter once, but it leaves out frozen
+    copies too (an EMA, a teacher, PEFT's original_module): without config.json a true
+    tie is served as two names (always loadable), never guessed."""
     src = copy_with_config(tmp_path, name, lambda c: None)
+    ref = torch_ref(src)
     with mount(src) as mnt:
-        assert_tied(mnt, HF_TIES[TRUE_TIES[name]])
+        assert_every_name_served(mnt, ref)
+        assert_untied(mnt, HF_TIES[TRUE_TIES[name]])
 
 
 def test_no_evidence_serves_both_names(tmp_path):
@@ -305,3 +309,34 @@ def test_llama_without_the_key_is_no_tie(tmp_path):
 def test_declared_mode_reads_no_evidence():
     with mount(fixture("gpt2_fsdp2"), "--ties=declared") as mnt:
         assert_untied(mnt, HF_TIES["gpt2"])
+
+
+# ---------------------------------------------------------------- adversarial review
+
+ADV = os.path.join(TIES, "adversarial")
+ADV_FALSE = ["c1b_teacher_head_warmup_step1", "c2_frozen_out_proj", "c3_buffer_copy",
+             "c4c_ema_bare_linear", "c5_peft_modules_to_save",
+             "h1d_llama_embed_lr0_head_frozen_3steps", "h6_tied_student_teacher_copy_model",
+             "h6_tied_student_teacher_copy_optim", "f1acc_llama_untied_frozen_head_copy_warmup"]
+ADV_TRUE = ["h5c_llama_tied_plain_optim", "f2_llama_tied_model"]
+
+
+@pytest.mark.parametrize("name", ADV_FALSE)
+def test_adversarial_copies_keep_every_name(name):
+    """Frozen copies, EMA/teacher copies, a buffer copy, PEFT's two heads: equal bytes,
+    names the optimizer leaves out, even a config.json of the student; none is a tie.
+    Every name is served, byte-exact against torch's own DCP loading."""
+    src = os.path.join(ADV, name)
+    dcp_dir = (os.path.join(src, "pytorch_model_fsdp_0")
+               if os.path.isdir(os.path.join(src, "pytorch_model_fsdp_0")) else src)
+    ref = torch_ref(dcp_dir)
+    with mount(src) as mnt:
+        assert_every_name_served(mnt, ref)
+        inos = [os.stat(e.path).st_ino for e in os.scandir(os.path.join(mnt, "tensors"))]
+        assert len(inos) == len(set(inos)), f"{name}: tied names under tensors/"
+
+
+@pytest.mark.parametrize("name", ADV_TRUE)
+def test_adversarial_true_ties_stay_linked(name):
+    with mount(os.path.join(ADV, name)) as mnt:
+        assert_tied(mnt, HF_TIES["llama"])

@@ -1,10 +1,10 @@
 /*
  * test_ties.c - tie groups: declared by shared bytes; for a format that
- * saves copies, linked only on the writer's evidence (the optimizer's
- * names, config.json's tie_word_embeddings) confirmed by equal bytes --
+ * saves copies, linked only on the writer's evidence (config.json's
+ * tie_word_embeddings naming an embedding pair) confirmed by equal bytes --
  * never for equal bytes alone (unless --ties=equal), a near-tie (one byte
- * different), constants, two parameters the optimizer lists, or copies of
- * one module.
+ * different), constants, two parameters the optimizer lists, the names an
+ * optimizer leaves out, or copies of a model.
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -170,24 +170,31 @@ out:
 	tmpdir_rm(d);
 }
 
+static const struct spec emb[] = {
+	{ "model.embed_tokens.weight", P1 }, { "lm_head.weight", P1 },
+	{ "c", P1_FLIPPED }, { "z1", ZERO }, { "z2", ZERO },
+};
+#define EMB "model.embed_tokens.weight"
+
 static void config_case(const char *config, bool want)
 {
-	const char *d = write_fixture(basic, 5, config);
+	const char *d = write_fixture(emb, 5, config);
 	struct us_statedict *sd = open_sd(d);
 
 	if (!sd)
 		goto out;
 	detect(sd, d, US_TIES_AUTO, NULL);
-	if (want != tied(sd, "a", "b"))
-		fprintf(stderr, "config %s: a-b %s\n", config, want ? "untied" : "tied");
-	CHECK(want == tied(sd, "a", "b"));
+	if (want != tied(sd, EMB, "lm_head.weight"))
+		fprintf(stderr, "config %s: %s\n", config, want ? "untied" : "tied");
+	CHECK(want == tied(sd, EMB, "lm_head.weight"));
 	CHECK(untied(sd, "c") && untied(sd, "z1") && untied(sd, "z2"));
 	/* the optimizer lists both: two parameters, whatever config.json says */
-	detect(sd, d, US_TIES_AUTO, "{\"param_groups\":[{\"params\":[\"a\",\"b\"]}]}");
-	CHECK(untied(sd, "b"));
+	detect(sd, d, US_TIES_AUTO,
+	       "{\"param_groups\":[{\"params\":[\"" EMB "\",\"lm_head.weight\"]}]}");
+	CHECK(untied(sd, "lm_head.weight"));
 	/* ties=declared reads neither the evidence nor the bytes */
 	detect(sd, d, US_TIES_DECLARED, NULL);
-	CHECK(untied(sd, "b"));
+	CHECK(untied(sd, "lm_head.weight"));
 out:
 	us_sd_free(sd);
 	tmpdir_rm(d);
@@ -210,12 +217,76 @@ static void test_config_tie_word_embeddings(void)
 	config_case("{\"tie_word_embeddings\": true, \"vocab_size\": 64", false);
 }
 
+/* config.json ties an output and an input embedding of one model, nothing
+ * else: two equal names that are not that pair, three or more equal copies
+ * (a teacher beside its student), or a pair across two models stay apart. */
+static void group_case(const struct spec *specs, int n, const char *a,
+		       const char *b, bool want)
+{
+	const char *d = write_fixture(specs, n, "{\"tie_word_embeddings\": true, "
+				      "\"vocab_size\": 64}");
+	struct us_statedict *sd = open_sd(d);
+
+	if (!sd)
+		goto out;
+	detect(sd, d, US_TIES_AUTO, NULL);
+	if (want != tied(sd, a, b))
+		fprintf(stderr, "%s-%s: %s\n", a, b, want ? "untied" : "tied");
+	CHECK(want == tied(sd, a, b));
+out:
+	us_sd_free(sd);
+	tmpdir_rm(d);
+}
+
+static void test_config_names_the_pair(void)
+{
+	static const struct spec plain[] = {
+		{ "a", P1 }, { "b", P1 }, { "z1", ZERO },
+	};
+	static const struct spec bert[] = {
+		{ "bert.embeddings.word_embeddings.weight", P1 },
+		{ "cls.predictions.decoder.weight", P1 }, { "z1", ZERO },
+	};
+	static const struct spec kd[] = { /* a teacher deep-copied from its student */
+		{ "student.model.embed_tokens.weight", P1 },
+		{ "student.lm_head.weight", P1 },
+		{ "teacher.model.embed_tokens.weight", P1 },
+		{ "teacher.lm_head.weight", P1 },
+	};
+	static const struct spec across[] = { /* one model's head, another's embedding */
+		{ "student.model.embed_tokens.weight", P1 },
+		{ "teacher.lm_head.weight", P1 }, { "z1", ZERO },
+	};
+	static const struct spec peft[] = { /* PEFT modules_to_save: a trainable copy */
+		{ "lm_head.modules_to_save.default.weight", P1 },
+		{ "lm_head.original_module.weight", P1 }, { "z1", ZERO },
+	};
+
+	group_case(plain, 3, "a", "b", false);
+	group_case(bert, 3, "bert.embeddings.word_embeddings.weight",
+		   "cls.predictions.decoder.weight", true);
+	group_case(kd, 4, "student.model.embed_tokens.weight",
+		   "student.lm_head.weight", false);
+	group_case(kd, 4, "student.lm_head.weight", "teacher.lm_head.weight", false);
+	group_case(across, 3, "student.model.embed_tokens.weight",
+		   "teacher.lm_head.weight", false);
+	group_case(peft, 3, "lm_head.modules_to_save.default.weight",
+		   "lm_head.original_module.weight", false);
+	CHECK(us_tie_embedding_pair("lm_head.weight", "model.embed_tokens.weight"));
+	CHECK(us_tie_embedding_pair("lm_head.weight", "transformer.wte.weight"));
+	CHECK(us_tie_embedding_pair("language_model.lm_head.weight",
+				    "language_model.model.embed_tokens.weight"));
+	CHECK(!us_tie_embedding_pair("model.embed_tokens.weight", "lm_head.weight"));
+	CHECK(!us_tie_embedding_pair("xlm_head.weight", "model.embed_tokens.weight"));
+	CHECK(!us_tie_embedding_pair("a.lm_head.weight", "b.embed_tokens.weight"));
+}
+
 /* Two classes of equal bytes in the vocab kind: which is the embedding
  * pair is ambiguous, so config.json links neither. */
 static void test_config_ambiguous(void)
 {
 	static const struct spec two[] = {
-		{ "a", P1 }, { "b", P1 }, { "p", P2 }, { "q", P2 },
+		{ EMB, P1 }, { "lm_head.weight", P1 }, { "p", P2 }, { "q", P2 },
 	};
 	const char *d = write_fixture(two, 4, "{\"tie_word_embeddings\": true, "
 				      "\"vocab_size\": 64}");
@@ -224,7 +295,7 @@ static void test_config_ambiguous(void)
 	if (!sd)
 		goto out;
 	detect(sd, d, US_TIES_AUTO, NULL);
-	CHECK(untied(sd, "b") && untied(sd, "q"));
+	CHECK(untied(sd, "lm_head.weight") && untied(sd, "q"));
 out:
 	us_sd_free(sd);
 	tmpdir_rm(d);
@@ -235,8 +306,7 @@ static const struct spec mods[] = {
 	{ "z1", ZERO }, { "z2", ZERO },
 };
 
-static void optim_case(const char *optim_json, const char *a, const char *b,
-		       bool want)
+static void optim_case(const char *optim_json)
 {
 	const char *d = write_fixture(mods, 5, NULL);
 	struct us_statedict *sd = open_sd(d);
@@ -244,68 +314,28 @@ static void optim_case(const char *optim_json, const char *a, const char *b,
 	if (!sd)
 		goto out;
 	detect(sd, d, US_TIES_AUTO, optim_json);
-	if (want != tied(sd, a, b))
-		fprintf(stderr, "optim %s: %s-%s %s\n", optim_json, a, b,
-			want ? "untied" : "tied");
-	CHECK(want == tied(sd, a, b));
+	if (!untied(sd, "head.weight"))
+		fprintf(stderr, "optim %s: tied\n", optim_json);
+	CHECK(untied(sd, "head.weight") && !tied(sd, "embed.weight", "head.weight"));
 	CHECK(untied(sd, "c") && untied(sd, "z1") && untied(sd, "z2"));
 out:
 	us_sd_free(sd);
 	tmpdir_rm(d);
 }
 
-static void test_optimizer_names(void)
+/* The optimizer never proposes a pair: a name it leaves out may be a
+ * second name of a shared parameter, or a frozen copy (an EMA, a teacher,
+ * PEFT's original_module, a buffer) equal while the original has not moved.
+ * Both stay served. */
+static void test_optimizer_alone_is_no_evidence(void)
 {
-	/* a shared parameter is listed once, under its first name */
-	optim_case("{\"param_groups\":[{\"params\":[\"embed.weight\",\"c\"]}]}",
-		   "embed.weight", "head.weight", true);
-	/* the kept name is the first in the source, whichever is listed */
-	optim_case("{\"param_groups\":[{\"params\":[\"head.weight\"]}]}",
-		   "embed.weight", "head.weight", true);
-	/* per-parameter scalars name it too */
+	optim_case("{\"param_groups\":[{\"params\":[\"embed.weight\",\"c\"]}]}");
+	optim_case("{\"param_groups\":[{\"params\":[\"head.weight\"]}]}");
 	optim_case("{\"param_groups\":[{\"params\":[\"embed.weight\"]}],"
-		   "\"scalars\":{\"state.embed.weight.step\": 1}}",
-		   "embed.weight", "head.weight", true);
-	/* both listed: two parameters that happen to be equal */
+		   "\"scalars\":{\"state.embed.weight.step\": 1}}");
 	optim_case("{\"param_groups\":[{\"params\":[\"embed.weight\"]},"
-		   "{\"params\":[\"head.weight\"]}]}",
-		   "embed.weight", "head.weight", false);
-	/* neither listed (buffers, frozen weights): no evidence */
-	optim_case("{\"param_groups\":[{\"params\":[\"c\"]}]}",
-		   "embed.weight", "head.weight", false);
-	/* keyed by position, or by a name the model lacks: no evidence */
-	optim_case("{\"param_groups\":[{\"params\":[0, 2]}]}",
-		   "embed.weight", "head.weight", false);
-	optim_case("{\"param_groups\":[{\"params\":[\"embed.weight\",\"nope\"]}]}",
-		   "embed.weight", "head.weight", false);
-	optim_case("{\"param_groups\":[{\"params\":[\"embed.weight\"]}],"
-		   "\"scalars\":{\"state.nope.step\": 1}}",
-		   "embed.weight", "head.weight", false);
-	optim_case("{\"param_groups\":[]}", "embed.weight", "head.weight", false);
-}
-
-/* An unlisted name that ends like the listed one ("ema.blk.norm.weight" and
- * "blk.norm.weight") is a copy of the module (an EMA, a frozen reference)
- * whose original has not moved, not a second path to one parameter. */
-static void test_module_copy_is_no_tie(void)
-{
-	static const struct spec copy[] = {
-		{ "blk.norm.weight", P1 }, { "ema.blk.norm.weight", P1 },
-		{ "lm_head.weight", P2 }, { "model.embed_tokens.weight", P2 },
-	};
-	const char *d = write_fixture(copy, 4, NULL);
-	struct us_statedict *sd = open_sd(d);
-
-	if (!sd)
-		goto out;
-	detect(sd, d, US_TIES_AUTO,
-	       "{\"param_groups\":[{\"params\":[\"blk.norm.weight\","
-	       "\"model.embed_tokens.weight\"]}]}");
-	CHECK(untied(sd, "ema.blk.norm.weight"));
-	CHECK(tied(sd, "lm_head.weight", "model.embed_tokens.weight"));
-out:
-	us_sd_free(sd);
-	tmpdir_rm(d);
+		   "{\"params\":[\"head.weight\"]}]}");
+	optim_case("{\"param_groups\":[{\"params\":[0, 2]}]}");
 }
 
 static void test_model_type_table(void)
@@ -335,8 +365,8 @@ int main(void)
 	RUN(test_equal_bytes_are_no_evidence);
 	RUN(test_config_tie_word_embeddings);
 	RUN(test_config_ambiguous);
-	RUN(test_optimizer_names);
-	RUN(test_module_copy_is_no_tie);
+	RUN(test_config_names_the_pair);
+	RUN(test_optimizer_alone_is_no_evidence);
 	RUN(test_model_type_table);
 	RUN(test_mode_parse);
 	TEST_MAIN_END();
