@@ -360,12 +360,14 @@ static int plain_item(int fd, const struct dcp_item *it, struct us_arena *a,
  */
 static int zstd_item(int fd, const struct dcp_item *it, struct us_arena *a,
 		     struct us_torch_tensor *tt, struct us_extent *x,
-		     const char **why)
+		     const char **why, uint64_t *bad_at)
 {
 	struct us_dcp_zitem zi;
 
-	if (us_dcp_zstd_item(fd, it->offset, it->length, a, &zi, why) < 0)
+	if (us_dcp_zstd_item(fd, it->offset, it->length, a, &zi, why) < 0) {
+		*bad_at = zi.bad_at;
 		return -1;
+	}
 	*tt = zi.tt;
 	x->xf = US_XF_ZSTD;
 	x->item_off = it->offset;
@@ -385,6 +387,7 @@ static enum us_status item_extent(struct dcp *d, const struct dcp_item *it,
 	enum us_transform xf;
 	uint32_t file;
 	int64_t *strides;
+	uint64_t bad_at = UINT64_MAX;
 	enum us_status rc = US_OK;
 	int fd, prc;
 
@@ -392,8 +395,17 @@ static enum us_status item_extent(struct dcp *d, const struct dcp_item *it,
 	US_TRY(open_item_file(d, it, &file));
 	fd = d->sd->files[file].fd;
 	us_arena_init(&a);
-	prc = xf == US_XF_ZSTD ? zstd_item(fd, it, &a, &tt, &c->src, &why)
+	prc = xf == US_XF_ZSTD ? zstd_item(fd, it, &a, &tt, &c->src, &why, &bad_at)
 			       : plain_item(fd, it, &a, &tt, &c->src, &why);
+	if (prc < 0 && bad_at != UINT64_MAX) {
+		/* Where the frame walk found the damage, to look at it. */
+		rc = us_err_set(d->err, US_E_FORMAT, d->sd->files[file].relpath,
+				"item of '%s': %s (at byte %llu of the item, %llu "
+				"of the file)", it->fqn, why,
+				(unsigned long long)bad_at,
+				(unsigned long long)(it->offset + bad_at));
+		goto out;
+	}
 	if (prc < 0) {
 		rc = us_err_set(d->err, US_E_FORMAT, d->sd->files[file].relpath,
 				"item of '%s': %s", it->fqn, why);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../codec/crc32.h"
+#include "../codec/zframes.h"
 #include "../codec/zipdesc.h"
 #include "../codec/zstream.h"
 
@@ -311,17 +312,43 @@ static int verify(struct head *h, struct us_dcp_zitem *out)
 	return 0;
 }
 
+/*
+ * The frames must be able to decode to what the zip records promise: a
+ * read needs out->served bytes (and the whole frames are the whole
+ * archive, at least that long).  With declared content sizes the bound is
+ * exact; without (torch's writers), raw and RLE blocks count exactly and
+ * compressed ones at most 128 KiB each.
+ */
+static int frames_hold(const struct us_zframes *zf, const struct us_dcp_zitem *out,
+		       const char **why)
+{
+	if (zf->max_size < out->served)
+		return *why = "its zstd frames decode to fewer bytes than its zip "
+			      "records need: the item is truncated", -1;
+	return 0;
+}
+
 int us_dcp_zstd_item(int fd, uint64_t off, uint64_t len, struct us_arena *a,
 		     struct us_dcp_zitem *out, const char **why)
 {
 	struct head h = { .why = why };
+	struct us_zframes zf;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
+	out->bad_at = UINT64_MAX;
+	/* Every frame and block header first: structural damage anywhere in
+	 * the item is a refusal now, not EIO at read time (zframes.h). */
+	if (us_zframes_walk(fd, off, len, &zf, why) < 0) {
+		out->bad_at = zf.bad_at;
+		return -1;
+	}
 	h.z = us_zstream_open(fd, off, len);
 	if (!h.z)
 		return *why = "out of memory", -1;
 	rc = walk(&h, a, out);
+	if (rc == 0)
+		rc = frames_hold(&zf, out, why);
 	if (rc == 0)
 		rc = verify(&h, out);
 	us_zstream_close(h.z);
