@@ -355,3 +355,54 @@ int us_dcp_zstd_item(int fd, uint64_t off, uint64_t len, struct us_arena *a,
 	free(h.buf);
 	return rc;
 }
+
+/* Decode the rest of the item, which must end within the head limit. */
+static int decode_to_end(struct head *h)
+{
+	unsigned char buf[4096];
+	uint64_t n = h->len;
+
+	while (!us_zstream_done(h->z)) {
+		ssize_t got = us_zstream_read(h->z, buf, sizeof(buf));
+
+		if (got < 0)
+			return *h->why = "its zstd frame is corrupt or truncated", -1;
+		n += (uint64_t)got;
+		if (n > US_DCP_ZSTD_HEAD_MAX)
+			return *h->why = "it decodes to more than 16 MiB", -1;
+	}
+	return 0;
+}
+
+static int value_walk(struct head *h, struct us_arena *a, struct us_pk **root)
+{
+	struct local l;
+	size_t plen = 0, used, next;
+
+	if (read_local(h, 0, &plen, &l) < 0)
+		return -1;
+	if (!is_record(&l, "data.pkl"))
+		return *h->why = "data.pkl is not its first zip record", -1;
+	if (load_pickle(h, l.data, a, root, &used) < 0 ||
+	    record_end(h, &l, used, &next) < 0)
+		return -1;
+	return decode_to_end(h);
+}
+
+int us_dcp_zstd_value(int fd, uint64_t off, uint64_t len, struct us_arena *a,
+		      struct us_pk **root, const char **why)
+{
+	struct head h = { .why = why };
+	struct us_zframes zf;
+	int rc;
+
+	if (us_zframes_walk(fd, off, len, &zf, why) < 0)
+		return -1;
+	h.z = us_zstream_open(fd, off, len);
+	if (!h.z)
+		return *why = "out of memory", -1;
+	rc = value_walk(&h, a, root);
+	us_zstream_close(h.z);
+	free(h.buf);
+	return rc;
+}

@@ -51,5 +51,14 @@ struct us_dcp_zitem {
 int us_dcp_zstd_item(int fd, uint64_t off, uint64_t len, struct us_arena *a,
 		     struct us_dcp_zitem *out, const char **why);
 
+/*
+ * us_dcp_zstd_value - the Python value of a zstd byte item (a torch.save
+ * archive of a non-tensor value: an optimizer's lr, betas, params, ...):
+ * its frames are walked, the item is decoded to its end, at most
+ * US_DCP_ZSTD_HEAD_MAX bytes, and data.pkl, its first record, is loaded
+ * into *@root (allocated in @a).  Returns 0, or -1 with *@why set.
+ */
+int us_dcp_zstd_value(int fd, uint64_t off, uint64_t len, struct us_arena *a,
+		      struct us_pk **root, const char **why);
 
 #endif /* US_DCP_ZSTD_H */
