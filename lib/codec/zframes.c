@@ -189,6 +189,7 @@ static int zstd_frame(struct walk *w)
 			return fail(w, at, "its zstd frame's declared content size "
 					   "disagrees with its blocks");
 		lo = hi = h.size;
+		w->out->sized++;
 	}
 	w->out->frames++;
 	if (add(w, &w->out->min_size, lo) < 0 || add(w, &w->out->max_size, hi) < 0)

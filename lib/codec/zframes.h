@@ -29,6 +29,7 @@ struct us_zframes {
 	uint64_t min_size; /* at least this many bytes: raw and RLE blocks, */
 	uint64_t max_size; /* at most this many; both declared sizes when given */
 	uint32_t frames;   /* zstd frames */
+	uint32_t sized;    /* of which declare their content size */
 	uint32_t skippable;
 	uint64_t blocks;
 	uint64_t bad_at;   /* on failure: the item offset of the damage */

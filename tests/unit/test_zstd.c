@@ -140,7 +140,7 @@ static void test_concatenated_frames(void)
 	text_frame(&b, "world");
 	skippable(&b, 0x0, "");
 	CHECK(walk(&b, &zf, &why) == 0);
-	CHECK(zf.frames == 3 && zf.skippable == 2 && zf.blocks == 3);
+	CHECK(zf.frames == 3 && zf.sized == 3 && zf.skippable == 2 && zf.blocks == 3);
 	CHECK(zf.min_size == 11 && zf.max_size == 11);
 	CHECK(decode(&b, out, sizeof(out)) == 11 && !memcmp(out, "hello world", 11));
 }
