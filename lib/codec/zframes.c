@@ -157,8 +157,9 @@ static int block(struct walk *w, uint64_t bmax, uint64_t *lo, uint64_t *hi,
 		return fail(w, at, "its zstd data has a block larger than its "
 				   "frame allows");
 	/* A compressed block holds a literals section header and a sequences
-	 * section header, a byte each at least. */
-	if (type == BT_COMPRESSED && size < 2)
+	 * section header, a byte each at least.  An empty one libzstd (so
+	 * every reader of torch's) takes for an empty block: so do we. */
+	if (type == BT_COMPRESSED && size == 1)
 		return fail(w, at, "its zstd data has a compressed block too "
 				   "short to be one");
 	w->pos += BLOCK_HDR;
@@ -166,7 +167,7 @@ static int block(struct walk *w, uint64_t bmax, uint64_t *lo, uint64_t *hi,
 	if (skip(w, type == BT_RLE ? 1 : size) < 0)
 		return -1;
 	if (type == BT_COMPRESSED)
-		return add(w, hi, bmax);
+		return size ? add(w, hi, bmax) : 0;
 	return add(w, lo, size) < 0 ? -1 : add(w, hi, size);
 }
 
