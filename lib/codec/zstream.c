@@ -1,4 +1,4 @@
-/* zstream.c - one zstd frame at a file range, decoded as a stream. */
+/* zstream.c - the zstd frames at a file range, decoded as one stream. */
 #include "zstream.h"
 
 #include <errno.h>
@@ -122,9 +122,13 @@ static int step(struct us_zstream *z, ZSTD_outBuffer *out)
 	z->in_pos = in.pos;
 	z->out_pos += out->pos - before;
 	if (ret == 0) {
-		/* A DCP item is exactly one frame: bytes after it are not ours. */
-		z->done = true;
-		return input_left(z) ? -EIO : 0;
+		/* A frame ended.  The item may hold more: pyzstd ends each item
+		 * with an empty frame, and a zstd stream is any concatenation
+		 * of frames (skippable ones included), read as the
+		 * concatenation of their contents, as torch's readers do.
+		 * Mount has walked their headers (zframes.h). */
+		z->done = !input_left(z);
+		return 0;
 	}
 	/* The frame wants more input, and the item has none: truncated.
 	 * (With input or output room left, the decoder always progresses.) */

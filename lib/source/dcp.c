@@ -372,12 +372,14 @@ static int plain_item(int fd, const struct dcp_item *it, struct us_arena *a,
  */
 static int zstd_item(int fd, const struct dcp_item *it, struct us_arena *a,
 		     struct us_torch_tensor *tt, struct us_extent *x,
-		     const char **why)
+		     const char **why, uint64_t *bad_at)
 {
 	struct us_dcp_zitem zi;
 
-	if (us_dcp_zstd_item(fd, it->offset, it->length, a, &zi, why) < 0)
+	if (us_dcp_zstd_item(fd, it->offset, it->length, a, &zi, why) < 0) {
+		*bad_at = zi.bad_at;
 		return -1;
+	}
 	*tt = zi.tt;
 	x->xf = US_XF_ZSTD;
 	x->item_off = it->offset;
@@ -397,6 +399,7 @@ static enum us_status item_extent(struct dcp *d, const struct dcp_item *it,
 	enum us_transform xf;
 	uint32_t file;
 	int64_t *strides;
+	uint64_t bad_at = UINT64_MAX;
 	enum us_status rc = US_OK;
 	int fd, prc;
 
@@ -404,8 +407,17 @@ static enum us_status item_extent(struct dcp *d, const struct dcp_item *it,
 	US_TRY(open_item_file(d, it, &file));
 	fd = d->sd->files[file].fd;
 	us_arena_init(&a);
-	prc = xf == US_XF_ZSTD ? zstd_item(fd, it, &a, &tt, &c->src, &why)
+	prc = xf == US_XF_ZSTD ? zstd_item(fd, it, &a, &tt, &c->src, &why, &bad_at)
 			       : plain_item(fd, it, &a, &tt, &c->src, &why);
+	if (prc < 0 && bad_at != UINT64_MAX) {
+		/* Where the frame walk found the damage, to look at it. */
+		rc = us_err_set(d->err, US_E_FORMAT, d->sd->files[file].relpath,
+				"item of '%s': %s (at byte %llu of the item, %llu "
+				"of the file)", it->fqn, why,
+				(unsigned long long)bad_at,
+				(unsigned long long)(it->offset + bad_at));
+		goto out;
+	}
 	if (prc < 0) {
 		rc = us_err_set(d->err, US_E_FORMAT, d->sd->files[file].relpath,
 				"item of '%s': %s", it->fqn, why);
@@ -605,23 +617,48 @@ static const char *optim_name(const struct dcp *d, const char *fqn)
 	return dot ? dot + 1 : fqn;
 }
 
+/* The Python object of a byte item: the data.pkl of its torch.save
+ * archive, stored, or compressed (decoded whole, up to 16 MiB). */
+static int byte_item_root(int fd, const struct dcp_item *it, enum us_transform xf,
+			  struct us_arena *a, struct us_pk **root)
+{
+	struct us_torch_archive ta;
+	const char *why;
+
+	if (xf == US_XF_ZSTD)
+		return us_dcp_zstd_value(fd, it->offset, it->length, a, root, &why);
+	if (us_torch_archive_open(&ta, fd, it->offset, it->length, a, &why) < 0)
+		return -1;
+	*root = ta.root;
+	return 0;
+}
+
 /* The value of a byte item: a torch.save archive of a Python object. */
 static cJSON *byte_item_value(struct dcp *d, const char *fqn)
 {
 	const struct dcp_item *it = find_item(d, fqn, NULL);
-	struct us_torch_archive ta;
+	struct us_err ignored, *err = d->err;
+	enum us_transform xf;
+	struct us_pk *root;
 	struct us_arena a;
-	const char *why;
 	uint32_t file;
 	cJSON *v = NULL;
 
-	if (!it || (it->transforms && us_pk_len(it->transforms)) ||
-	    open_item_file(d, it, &file) != US_OK)
-		return cJSON_CreateNull(); /* informative only: never a refusal */
+	if (!it)
+		return cJSON_CreateNull();
+	/* Informative only: never a refusal (an unknown transform, a file
+	 * that cannot be opened or a damaged archive make the value null),
+	 * so errors go to a scratch record. */
+	d->err = &ignored;
+	if (check_transforms(d, it, &xf) != US_OK ||
+	    open_item_file(d, it, &file) != US_OK) {
+		d->err = err;
+		return cJSON_CreateNull();
+	}
+	d->err = err;
 	us_arena_init(&a);
-	if (us_torch_archive_open(&ta, d->sd->files[file].fd, it->offset,
-				  it->length, &a, &why) == 0)
-		v = us_pk_to_json_budget(ta.root, d->json_budget);
+	if (byte_item_root(d->sd->files[file].fd, it, xf, &a, &root) == 0)
+		v = us_pk_to_json_budget(root, d->json_budget);
 	us_arena_free(&a);
 	return v ? v : cJSON_CreateNull();
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../codec/crc32.h"
+#include "../codec/zframes.h"
 #include "../codec/zipdesc.h"
 #include "../codec/zstream.h"
 
@@ -311,19 +312,96 @@ static int verify(struct head *h, struct us_dcp_zitem *out)
 	return 0;
 }
 
+/*
+ * The frames must be able to decode to what the zip records promise: a
+ * read needs out->served bytes (and the whole frames are the whole
+ * archive, at least that long).  With declared content sizes the bound is
+ * exact; without (torch's writers), raw and RLE blocks count exactly and
+ * compressed ones at most 128 KiB each.
+ */
+static int frames_hold(const struct us_zframes *zf, const struct us_dcp_zitem *out,
+		       const char **why)
+{
+	if (zf->max_size < out->served)
+		return *why = "its zstd frames decode to fewer bytes than its zip "
+			      "records need: the item is truncated", -1;
+	return 0;
+}
+
 int us_dcp_zstd_item(int fd, uint64_t off, uint64_t len, struct us_arena *a,
 		     struct us_dcp_zitem *out, const char **why)
 {
 	struct head h = { .why = why };
+	struct us_zframes zf;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
+	out->bad_at = UINT64_MAX;
+	/* Every frame and block header first: structural damage anywhere in
+	 * the item is a refusal now, not EIO at read time (zframes.h). */
+	if (us_zframes_walk(fd, off, len, &zf, why) < 0) {
+		out->bad_at = zf.bad_at;
+		return -1;
+	}
 	h.z = us_zstream_open(fd, off, len);
 	if (!h.z)
 		return *why = "out of memory", -1;
 	rc = walk(&h, a, out);
 	if (rc == 0)
+		rc = frames_hold(&zf, out, why);
+	if (rc == 0)
 		rc = verify(&h, out);
+	us_zstream_close(h.z);
+	free(h.buf);
+	return rc;
+}
+
+/* Decode the rest of the item, which must end within the head limit. */
+static int decode_to_end(struct head *h)
+{
+	unsigned char buf[4096];
+	uint64_t n = h->len;
+
+	while (!us_zstream_done(h->z)) {
+		ssize_t got = us_zstream_read(h->z, buf, sizeof(buf));
+
+		if (got < 0)
+			return *h->why = "its zstd frame is corrupt or truncated", -1;
+		n += (uint64_t)got;
+		if (n > US_DCP_ZSTD_HEAD_MAX)
+			return *h->why = "it decodes to more than 16 MiB", -1;
+	}
+	return 0;
+}
+
+static int value_walk(struct head *h, struct us_arena *a, struct us_pk **root)
+{
+	struct local l;
+	size_t plen = 0, used, next;
+
+	if (read_local(h, 0, &plen, &l) < 0)
+		return -1;
+	if (!is_record(&l, "data.pkl"))
+		return *h->why = "data.pkl is not its first zip record", -1;
+	if (load_pickle(h, l.data, a, root, &used) < 0 ||
+	    record_end(h, &l, used, &next) < 0)
+		return -1;
+	return decode_to_end(h);
+}
+
+int us_dcp_zstd_value(int fd, uint64_t off, uint64_t len, struct us_arena *a,
+		      struct us_pk **root, const char **why)
+{
+	struct head h = { .why = why };
+	struct us_zframes zf;
+	int rc;
+
+	if (us_zframes_walk(fd, off, len, &zf, why) < 0)
+		return -1;
+	h.z = us_zstream_open(fd, off, len);
+	if (!h.z)
+		return *why = "out of memory", -1;
+	rc = value_walk(&h, a, root);
 	us_zstream_close(h.z);
 	free(h.buf);
 	return rc;

@@ -1,14 +1,18 @@
 /*
  * dcp_zstd.h - the head of a zstd-compressed DCP item ("stream.zstd/1").
  *
- * Such an item is one zstd frame (no content size, no checksum) of a whole
- * torch.save archive.  The archive's central directory is at its end, so
- * instead of decoding everything the mount decodes only the head and walks
- * the zip local headers forward: data.pkl is the first record (a pickle is
- * self-delimiting), each record is followed by a data descriptor
- * ("PK\x07\x08", crc, sizes: 16 bytes, or 24 with zip64 sizes) because the
- * local header's sizes are 0 (flag 0x08), and the walk stops at the local
- * header of the tensor's storage record data/<key>.
+ * Such an item is a whole torch.save archive compressed as zstd frames:
+ * one frame (zstandard), a data frame and an empty one (pyzstd), or any
+ * concatenation of frames and skippable frames; torch writes no content
+ * size and no checksum.  First every frame and block header of the item
+ * is walked (codec/zframes.h), so that the frames' structure is checked
+ * at mount whatever the item's size.  The archive's central directory is
+ * at its end, so instead of decoding everything the mount decodes only the
+ * head and walks the zip local headers forward: data.pkl is the first
+ * record (a pickle is self-delimiting), each record is followed by a data
+ * descriptor ("PK\x07\x08", crc, sizes: 16 bytes, or 24 with zip64 sizes)
+ * because the local header's sizes are 0 (flag 0x08), and the walk stops
+ * at the local header of the tensor's storage record data/<key>.
  */
 #ifndef US_DCP_ZSTD_H
 #define US_DCP_ZSTD_H
@@ -33,7 +37,9 @@ struct us_dcp_zitem {
 	uint64_t bytes;   /* its size */
 	uint64_t first;   /* decoded offset of the tensor's first element */
 	uint64_t served;  /* data + bytes + US_DCP_ZSTD_DESC: what reads need */
-	bool verified;    /* the whole frame was decoded at mount */
+	bool verified;    /* the whole item was decoded at mount */
+	uint64_t bad_at;  /* on a refusal by the frame walk: the item offset of
+			   * the damage; else UINT64_MAX */
 };
 
 /*
@@ -44,5 +50,15 @@ struct us_dcp_zitem {
  */
 int us_dcp_zstd_item(int fd, uint64_t off, uint64_t len, struct us_arena *a,
 		     struct us_dcp_zitem *out, const char **why);
+
+/*
+ * us_dcp_zstd_value - the Python value of a zstd byte item (a torch.save
+ * archive of a non-tensor value: an optimizer's lr, betas, params, ...):
+ * its frames are walked, the item is decoded to its end, at most
+ * US_DCP_ZSTD_HEAD_MAX bytes, and data.pkl, its first record, is loaded
+ * into *@root (allocated in @a).  Returns 0, or -1 with *@why set.
+ */
+int us_dcp_zstd_value(int fd, uint64_t off, uint64_t len, struct us_arena *a,
+		      struct us_pk **root, const char **why);
 
 #endif /* US_DCP_ZSTD_H */

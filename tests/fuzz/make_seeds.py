@@ -13,8 +13,11 @@ writes OUTDIR/<target>/<seed> for every target in tests/fuzz/meson.build:
   dcp_metadata  every DCP .metadata (fsdp2_2rank's is the valid one: the target
                 mounts its input beside fsdp2_2rank's .distcp files), and each cut
                 down to 1, 2 and 4 state_dict_metadata entries (small_metadata)
-  dcp_zstd      b"\\0" + each item of the zstd fixture as stored (a zstd frame), and
-                b"\\1" + each plain DCP item (a decoded archive, compressed by the target)
+  dcp_zstd      b"\\0" + each item of the zstd fixtures as stored (zstd frames; pyzstd's
+                end with an empty frame) and b"\\2" + the same (the frame walk checked
+                against the decoder), b"\\1" and b"\\3" + each plain DCP item (a decoded
+                archive, compressed by the target into one frame, or two and an
+                empty one), and b"\\2" + hand-made frames (SMALL_FRAMES)
   deepspeed     slot byte + each file fuzz_deepspeed.c may replace (DS_SLOTS), with
                 and without the --deepspeed-weights=module bit (0x80)
   ds_universal  the same for fuzz_ds_universal.c
@@ -30,6 +33,20 @@ import sys
 import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Hand-made zstd frames for the frame walk (raw and RLE blocks need no entropy coder):
+# pyzstd's empty frame, a single-segment "hello" frame with and without a checksum,
+# skippable frames around it, an RLE block, and a windowed frame without a size.
+_ZMAGIC = bytes.fromhex("28b52ffd")
+_EMPTY = _ZMAGIC + bytes.fromhex("2000010000")
+_HELLO = _ZMAGIC + bytes([0xA0]) + (5).to_bytes(4, "little") + \
+    ((5 << 3) | 1).to_bytes(3, "little") + b"hello"
+_HELLO_CK = _ZMAGIC + bytes([0xA4]) + (5).to_bytes(4, "little") + \
+    ((5 << 3) | 1).to_bytes(3, "little") + b"hello" + bytes.fromhex("8c8ab4e9")
+_RLE = _ZMAGIC + bytes([0x00, 0x00]) + ((1000 << 3) | 2 | 1).to_bytes(3, "little") + b"z"
+_SKIP = bytes.fromhex("5e2a4d18") + (3).to_bytes(4, "little") + b"abc"
+SMALL_FRAMES = [_EMPTY, _HELLO, _HELLO_CK, _HELLO + _EMPTY, _SKIP + _HELLO + _SKIP,
+                _RLE, _RLE + _HELLO, _HELLO + b"x"]
 FIXTURES = os.path.join(os.path.dirname(HERE), "fixtures")
 MAX_SEED = 256 << 10
 
@@ -218,10 +235,14 @@ def main(out):
                     item = f.read(length)
                 if xf:
                     add("dcp_zstd", b"\0" + item)
+                    add("dcp_zstd", b"\2" + item)
                 else:
                     add("zip", item)
                     add("pickle", data_pkl(item))
                     add("dcp_zstd", b"\1" + item)
+                    add("dcp_zstd", b"\3" + item)
+    for frames in SMALL_FRAMES:
+        add("dcp_zstd", b"\2" + frames)
     for target, slots in DS_SLOTS.items():
         for i, (fixture, name) in enumerate(slots):
             data = read(os.path.join(FIXTURES, fixture, name))
