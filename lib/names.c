@@ -96,6 +96,18 @@ enum us_status us_names_apply(struct us_statedict *sd,
 	return US_OK;
 }
 
+bool us_is_model_container(const char *k)
+{
+	static const char *const keys[] = {
+		"state_dict", "model_state_dict", "model", "module", "net",
+	};
+
+	for (size_t i = 0; i < sizeof(keys) / sizeof(*keys); i++)
+		if (!strcmp(k, keys[i]))
+			return true;
+	return false;
+}
+
 bool us_is_optimizer_container(const char *k)
 {
 	return !strcmp(k, "optim") || !strcmp(k, "optimizer") ||

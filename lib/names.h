@@ -39,6 +39,11 @@ enum us_status us_names_apply_optim(struct us_statedict *sd,
 				    const struct us_names_opts *o,
 				    struct us_err *err);
 
+/* us_is_model_container - a top-level key that holds the model itself
+ * (state_dict, model_state_dict, model, module, net): the one list both the
+ * torch.save and the DCP reader use for the container rule. */
+bool us_is_model_container(const char *key);
+
 /* us_is_optimizer_container - a top-level key whose subtree is optimizer
  * state (optim, optimizer, optimizer_N, ...), never part of the model. */
 bool us_is_optimizer_container(const char *key);

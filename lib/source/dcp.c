@@ -252,9 +252,8 @@ static const char *container_of(const struct dcp *d, const char *fqn,
 		return NULL;
 	memcpy(buf, fqn, (size_t)(dot - fqn));
 	buf[dot - fqn] = '\0';
-	return us_is_optimizer_container(buf) || !strcmp(buf, "model") ||
-	       !strcmp(buf, "state_dict") || !strcmp(buf, "module") ||
-	       !strcmp(buf, "model_state_dict") ? buf : NULL;
+	return us_is_optimizer_container(buf) || us_is_model_container(buf) ?
+	       buf : NULL;
 }
 
 static bool is_tensor_entry(const struct us_pk *v)

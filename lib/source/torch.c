@@ -245,14 +245,7 @@ static bool has_tensor(const struct us_pk *v, bool weights, int depth,
  * (Lightning: "state_dict"; most scripts: "model" or "model_state_dict"). */
 static bool is_model_key(const struct us_pk *k)
 {
-	static const char *const keys[] = {
-		"state_dict", "model_state_dict", "model", "module", "net",
-	};
-
-	for (size_t i = 0; k->kind == US_PK_STR && i < sizeof(keys) / sizeof(*keys); i++)
-		if (!strcmp(k->u.str.s, keys[i]))
-			return true;
-	return false;
+	return k->kind == US_PK_STR && us_is_model_container(k->u.str.s);
 }
 
 /*

@@ -73,10 +73,21 @@ static void test_collision(void)
 	tmpdir_rm(d);
 }
 
+/* One list of container keys for both readers (torch.c, dcp.c). */
+static void test_containers(void)
+{
+	CHECK(us_is_model_container("model") && us_is_model_container("net"));
+	CHECK(us_is_model_container("state_dict") && us_is_model_container("module"));
+	CHECK(us_is_model_container("model_state_dict"));
+	CHECK(!us_is_model_container("models") && !us_is_model_container(""));
+	CHECK(!us_is_model_container("optimizer") && us_is_optimizer_container("optimizer_0"));
+}
+
 int main(void)
 {
 	RUN(test_wrappers);
 	RUN(test_options);
 	RUN(test_collision);
+	RUN(test_containers);
 	TEST_MAIN_END();
 }
