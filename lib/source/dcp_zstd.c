@@ -207,31 +207,6 @@ static int storage_bytes(const struct us_torch_tensor *tt, uint64_t *bytes,
 	return 0;
 }
 
-/* Every element the shape and strides address lies inside the record (as
- * us_torch_extent checks for a stored archive). */
-static int span_fits(const struct us_torch_tensor *tt, uint64_t bytes,
-		     const char **why)
-{
-	uint64_t isz = us_dtype_bits(tt->dtype) / 8, maxel = tt->storage_offset;
-	uint64_t numel = 1, step, span;
-
-	for (uint32_t k = 0; k < tt->ndim; k++) {
-		if (tt->strides[k] < 0)
-			return *why = "negative tensor stride", -1;
-		if (__builtin_mul_overflow(numel, tt->shape[k], &numel))
-			return *why = "tensor size overflows", -1;
-		if (tt->shape[k] == 0)
-			continue;
-		if (__builtin_mul_overflow(tt->shape[k] - 1, (uint64_t)tt->strides[k], &step) ||
-		    __builtin_add_overflow(maxel, step, &maxel))
-			return *why = "tensor strides overflow", -1;
-	}
-	if (numel && (!isz || __builtin_mul_overflow(maxel + 1, isz, &span) ||
-		      span > bytes))
-		return *why = "tensor extends past the end of its storage record", -1;
-	return 0;
-}
-
 static int walk(struct head *h, struct us_arena *a, struct us_dcp_zitem *out)
 {
 	char key[512];
@@ -269,7 +244,7 @@ static int walk(struct head *h, struct us_arena *a, struct us_dcp_zitem *out)
 	if (!(l.flags & FLAG_DESC))
 		return *h->why = "tensor storage record has no data descriptor "
 				 "(not written by torch.save)", -1;
-	if (span_fits(&out->tt, bytes, h->why) < 0)
+	if (us_torch_span_fits(&out->tt, bytes, h->why) < 0)
 		return -1;
 	out->data = l.data;
 	out->bytes = bytes;

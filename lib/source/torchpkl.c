@@ -236,23 +236,12 @@ int us_torch_archive_open(struct us_torch_archive *ta, int fd, uint64_t base,
 	return 0;
 }
 
-int us_torch_extent(const struct us_torch_archive *ta,
-		    const struct us_torch_tensor *t, uint64_t *off,
-		    const char **why)
+int us_torch_span_fits(const struct us_torch_tensor *t, uint64_t bytes,
+		       const char **why)
 {
-	char record[512];
-	const struct us_zip_entry *e;
 	uint64_t isz = us_dtype_bits(t->dtype) / 8, maxel = t->storage_offset;
-	uint64_t data, span, numel = 1;
+	uint64_t span, numel = 1;
 
-	if (snprintf(record, sizeof(record), "data/%s", t->storage_key) >=
-	    (int)sizeof(record))
-		return *why = "storage key too long", -1;
-	e = us_zip_find(&ta->zip, record);
-	if (!e)
-		return *why = "tensor storage record is missing", -1;
-	if (us_zip_data(&ta->zip, e, &data, why) < 0)
-		return -1;
 	for (uint32_t k = 0; k < t->ndim; k++) {
 		uint64_t step;
 
@@ -266,8 +255,33 @@ int us_torch_extent(const struct us_torch_archive *ta,
 		    __builtin_add_overflow(maxel, step, &maxel))
 			return *why = "tensor strides overflow", -1;
 	}
-	if (numel && (__builtin_mul_overflow(maxel + 1, isz, &span) || span > e->size))
+	/* isz 0: a sub-byte dtype has no element offset torch.save can name */
+	if (numel && (!isz || __builtin_mul_overflow(maxel + 1, isz, &span) ||
+		      span > bytes))
 		return *why = "tensor extends past the end of its storage record", -1;
-	*off = ta->zip.base + data + t->storage_offset * isz;
+	return 0;
+}
+
+int us_torch_extent(const struct us_torch_archive *ta,
+		    const struct us_torch_tensor *t, uint64_t *off,
+		    const char **why)
+{
+	char record[512];
+	const struct us_zip_entry *e;
+	uint64_t isz = us_dtype_bits(t->dtype) / 8, data, first;
+
+	if (snprintf(record, sizeof(record), "data/%s", t->storage_key) >=
+	    (int)sizeof(record))
+		return *why = "storage key too long", -1;
+	e = us_zip_find(&ta->zip, record);
+	if (!e)
+		return *why = "tensor storage record is missing", -1;
+	if (us_zip_data(&ta->zip, e, &data, why) < 0 ||
+	    us_torch_span_fits(t, e->size, why) < 0)
+		return -1;
+	/* an empty tensor's storage_offset is not bounded by the record */
+	if (__builtin_mul_overflow(t->storage_offset, isz, &first) ||
+	    __builtin_add_overflow(first, ta->zip.base + data, off))
+		return *why = "tensor offset overflows", -1;
 	return 0;
 }

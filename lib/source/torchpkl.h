@@ -54,6 +54,15 @@ int us_torch_archive_open(struct us_torch_archive *ta, int fd, uint64_t base,
 			  uint64_t len, struct us_arena *a, const char **why);
 
 /*
+ * us_torch_span_fits - 0 when every element @t's shape, strides and
+ * storage_offset address lies inside a storage record of @bytes bytes;
+ * else -1 with *@why set (negative or overflowing strides included).  The
+ * one check for stored archives (us_torch_extent) and zstd items.
+ */
+int us_torch_span_fits(const struct us_torch_tensor *t, uint64_t bytes,
+		       const char **why);
+
+/*
  * us_torch_extent - where @t's elements live: the file offset of its first
  * element in the record data/<key> (*@off), after checking that every
  * element its shape and strides can address lies inside that record.
