@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define DEFAULT_CACHE_SIZE (256ull << 20)
 
@@ -46,18 +47,25 @@ void us_opts_usage(FILE *out)
 "                           round trip), where the kernel still lets such\n"
 "                           files be mapped shared (Linux 6.6+; otherwise\n"
 "                           off) (default: off)\n"
-"\n"
-"checkpoint options (mount, inspect and export):\n"
+"\n",
+	      out);
+	fputs(
+"checkpoint options (mount, inspect and export; each --NAME=VALUE may also\n"
+"be given as --NAME VALUE; SIZE: a byte count, with KB/MB/GB/TB for powers\n"
+"of 1000 as save_pretrained reads \"5GB\", KiB/MiB/GiB/TiB or K/M/G/T for\n"
+"powers of 1024, any case):\n"
 "    --format=FMT           auto|safetensors|torch|dcp|deepspeed|\n"
 "                           deepspeed-universal (default: auto)\n"
 "    --no-unwrap            keep source names exactly (default: unwrap)\n"
 "    --strip-prefix=P       remove P from the start of every name where it ends\n"
 "                           on a '.' (repeatable, up to 16; default: none)\n"
-"    --dtype=T              keep|bf16|f16|f32: cast the model's floating\n"
-"                           tensors in every view, as torch's .to() does; the\n"
+"    --dtype=T              keep|bf16|f16|f32, or as torch names them\n"
+"                           (bfloat16, float16, half, float32): cast the\n"
+"                           model's floating tensors in every view, as\n"
+"                           torch's .to() does; the\n"
 "                           optimizer stays as stored (default: keep)\n"
 "    --device=D             auto|cpu|cuda[:N] (default: auto)\n"
-"    --cache-size=BYTES     bound on cached assembled data, K/M/G suffixes\n"
+"    --cache-size=SIZE      bound on cached assembled data\n"
 "                           (default: 256M)\n"
 "    --ties=MODE            auto|declared|off|equal: auto links names the\n"
 "                           checkpoint declares or evidences as one tensor;\n"
@@ -69,7 +77,7 @@ void us_opts_usage(FILE *out)
 "                           (default: fp32)\n"
 "    --max-shard-size=SIZE  serve model-0000K-of-0000N.safetensors and\n"
 "                           model.safetensors.index.json, shards of at most\n"
-"                           SIZE bytes (K/M/G; a bigger tensor gets its own\n"
+"                           SIZE bytes (a bigger tensor gets its own\n"
 "                           shard) instead of model.safetensors (default: off)\n"
 "\n"
 "export options:\n"
@@ -103,11 +111,27 @@ static bool one_of(const char *v, const char *const *allowed)
 	return false;
 }
 
+/*
+ * Size suffixes, case-insensitive: KB/MB/GB/TB are powers of 1000, as
+ * huggingface_hub and save_pretrained(max_shard_size="5GB") read them;
+ * KiB/MiB/GiB/TiB and the bare K/M/G/T (dd, sort, --cache-size=256M) are
+ * powers of 1024; a bare number is bytes.
+ */
+static const struct {
+	const char *suffix;
+	uint64_t unit;
+} size_units[] = {
+	{"", 1},
+	{"k", 1ull << 10}, {"kib", 1ull << 10}, {"kb", 1000ull},
+	{"m", 1ull << 20}, {"mib", 1ull << 20}, {"mb", 1000000ull},
+	{"g", 1ull << 30}, {"gib", 1ull << 30}, {"gb", 1000000000ull},
+	{"t", 1ull << 40}, {"tib", 1ull << 40}, {"tb", 1000000000000ull},
+};
+
 static bool parse_size(const char *s, uint64_t *out)
 {
 	char *end;
 	unsigned long long v;
-	unsigned shift = 0;
 
 	if (*s < '0' || *s > '9')
 		return false; /* strtoull takes " 5", "+5" and "-1" (as 2^64 - 1) */
@@ -115,17 +139,31 @@ static bool parse_size(const char *s, uint64_t *out)
 	v = strtoull(s, &end, 10);
 	if (errno || end == s)
 		return false;
-	switch (*end) {
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
-	case '\0': break;
-	default: return false;
-	}
-	if (*end || (shift && v > (UINT64_MAX >> shift)))
-		return false;
-	*out = (uint64_t)v << shift;
-	return true;
+	for (size_t i = 0; i < sizeof(size_units) / sizeof(*size_units); i++)
+		if (!strcasecmp(end, size_units[i].suffix))
+			return !__builtin_mul_overflow((uint64_t)v,
+						       size_units[i].unit, out);
+	return false;
+}
+
+/* --dtype as this tool and as torch spell it (torch.bfloat16, "half"). */
+static const char *dtype_name(const char *v)
+{
+	static const struct {
+		const char *alias, *name;
+	} aliases[] = {
+		{"keep", "keep"},
+		{"bf16", "bf16"}, {"bfloat16", "bf16"},
+		{"f16", "f16"},   {"fp16", "f16"},  {"float16", "f16"}, {"half", "f16"},
+		{"f32", "f32"},   {"fp32", "f32"},  {"float32", "f32"}, {"float", "f32"},
+	};
+
+	if (!strncmp(v, "torch.", 6))
+		v += 6;
+	for (size_t i = 0; i < sizeof(aliases) / sizeof(*aliases); i++)
+		if (!strcmp(v, aliases[i].alias))
+			return aliases[i].name;
+	return NULL;
 }
 
 static bool is_device(const char *v)
@@ -146,7 +184,6 @@ static int parse_long(struct us_opts *o, const char *a)
 	static const char *const formats[] = {"auto", "safetensors", "torch",
 					      "dcp", "deepspeed",
 					      "deepspeed-universal", NULL};
-	static const char *const dtypes[] = {"keep", "bf16", "f16", "f32", NULL};
 	static const char *const ties[] = {"auto", "declared", "off", "equal", NULL};
 	static const char *const views[] = {"safetensors", "bin", NULL};
 	static const char *const weights[] = {"fp32", "module", NULL};
@@ -162,8 +199,9 @@ static int parse_long(struct us_opts *o, const char *a)
 		return one_of(v, formats) ? (o->format = v, 1)
 			: usage_error("unknown --format '%s'", v);
 	if (!strncmp(a, "--dtype=", 8))
-		return one_of(v, dtypes) ? (o->dtype = v, 1)
-			: usage_error("unknown --dtype '%s'", v);
+		return (o->dtype = dtype_name(v)) ? 1
+			: usage_error("unknown --dtype '%s' (keep, bf16, f16, f32 or "
+				      "torch's bfloat16, float16, float32)", v);
 	if (!strncmp(a, "--ties=", 7))
 		return one_of(v, ties) ? (o->ties = v, 1)
 			: usage_error("unknown --ties '%s'", v);
@@ -322,6 +360,37 @@ static void set_defaults(struct us_opts *o)
 	o->cache_size = DEFAULT_CACHE_SIZE;
 }
 
+/*
+ * "--name value" for an option that takes a value: the getopt_long form of
+ * "--name=value".  Returns the joined option in o->store, @a itself when it
+ * is not such an option, NULL (after a usage error) when the value is
+ * missing or the store is full.
+ */
+static const char *joined(struct us_opts *o, int argc, char **argv, int *i)
+{
+	static const char *const valued[] = {"--format", "--dtype", "--ties",
+		"--deepspeed-weights", "--direct-io", "--device", "--view",
+		"--max-shard-size", "--cache-size", "--strip-prefix", NULL};
+	const char *a = argv[*i];
+	char buf[4096], *opt;
+	int n;
+
+	if (!one_of(a, valued) || (!strcmp(a, "--view") && !o->export_cmd))
+		return a;
+	if (*i + 1 >= argc) {
+		usage_error("%s needs a value", a);
+		return NULL;
+	}
+	n = snprintf(buf, sizeof(buf), "%s=%s", a, argv[*i + 1]);
+	opt = n > 0 && (size_t)n < sizeof(buf) ? store(o, "", buf, (size_t)n) : NULL;
+	if (!opt) {
+		usage_error("%s: arguments too long", a);
+		return NULL;
+	}
+	++*i;
+	return opt;
+}
+
 int us_opts_parse(struct us_opts *o, int argc, char **argv)
 {
 	int i = 1, rc;
@@ -337,6 +406,8 @@ int us_opts_parse(struct us_opts *o, int argc, char **argv)
 	for (; i < argc; i++) {
 		const char *a = argv[i];
 
+		if (a[0] == '-' && a[1] == '-' && a[2] && !(a = joined(o, argc, argv, &i)))
+			return -1;
 		if (a[0] == '-' && a[1] == '-' && a[2] && (rc = parse_long(o, a)) != 0) {
 			if (rc < 0)
 				return -1;

@@ -3,7 +3,7 @@ import json
 import math
 import re
 
-from conftest import DTYPE_SIZE, run_cli, source_tensors
+from conftest import DTYPE_SIZE, SOURCES, run_cli, source_tensors
 
 
 def test_no_args_is_usage_error():
@@ -95,3 +95,65 @@ def test_inspect_refuses_like_mount(tmp_path):
     assert r.returncode == 2, (r.returncode, r.stderr)
     lines = r.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("unshardfs: model.safetensors: "), lines
+
+
+# ---------------------------------------------------------------- option forms
+
+def _export(tmp_path, tag, *opts, src="sample"):
+    out = tmp_path / tag
+    r = run_cli("export", "-q", *opts, SOURCES[src], str(out) + ("/" if "--max-shard-size" in
+                                                                  " ".join(opts) else ""))
+    assert r.returncode == 0, (opts, r.stderr)
+    if out.is_dir():
+        return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+    return out.read_bytes()
+
+
+def test_value_options_take_both_forms(tmp_path):
+    """--opt=value and --opt value (getopt_long's two forms) mean the same."""
+    pairs = [(["--dtype=bf16"], ["--dtype", "bf16"]),
+             (["--strip-prefix=model."], ["--strip-prefix", "model."]),
+             (["--max-shard-size=64K"], ["--max-shard-size", "64K"]),
+             (["--ties=off", "--format=safetensors"], ["--ties", "off", "--format", "safetensors"]),
+             (["--view=bin"], ["--view", "bin"])]
+    for i, (eq, sp) in enumerate(pairs):
+        assert _export(tmp_path, f"eq{i}", *eq) == _export(tmp_path, f"sp{i}", *sp), eq
+
+
+def test_value_option_without_its_value_is_a_usage_error(tmp_path):
+    for opt in ("--dtype", "--max-shard-size", "--strip-prefix"):
+        r = run_cli("inspect", SOURCES["sample"], opt)
+        assert r.returncode == 1, (opt, r.returncode, r.stderr)
+        lines = r.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("unshardfs: ") and opt in lines[0], lines
+
+
+def test_dtype_aliases_as_torch_spells_them(tmp_path):
+    want = {"bf16": _export(tmp_path, "bf16", "--dtype=bf16"),
+            "f16": _export(tmp_path, "f16", "--dtype=f16"),
+            "f32": _export(tmp_path, "f32", "--dtype=f32")}
+    for alias, canon in [("bfloat16", "bf16"), ("torch.bfloat16", "bf16"), ("float16", "f16"),
+                         ("fp16", "f16"), ("half", "f16"), ("float32", "f32"), ("fp32", "f32"),
+                         ("float", "f32")]:
+        assert _export(tmp_path, alias, f"--dtype={alias}") == want[canon], alias
+    r = run_cli("inspect", "--dtype=int4", SOURCES["sample"])
+    assert r.returncode == 1 and "int4" in r.stderr
+
+
+def test_sizes_as_huggingface_reads_them(tmp_path):
+    """KB/MB/GB are powers of 1000 (save_pretrained(max_shard_size="5GB")), KiB/MiB/GiB
+    and the bare K/M/G powers of 1024, a bare number bytes; case does not matter."""
+    def limit_of(size):
+        return _export(tmp_path, f"s{size}", f"--max-shard-size={size}")
+    # the sample's tensors are 256..65536 bytes: shards of at most 40000 and of at most
+    # 40960 bytes are cut differently
+    assert limit_of("40KB") != limit_of("40KiB")
+    assert limit_of("40KB") == limit_of("40000") == limit_of("40kb")
+    assert limit_of("40KiB") == limit_of("40960") == limit_of("40K") == limit_of("40kib")
+    assert limit_of("1MB") == limit_of("1000000") and limit_of("1MiB") == limit_of("1048576")
+    assert limit_of("1GB") == limit_of("1000000000")
+    for bad in ("5XB", "5 GB", "-1", "1.5GB", "GB", "99999999999999999999"):
+        r = run_cli("inspect", f"--max-shard-size={bad}", SOURCES["sample"])
+        assert r.returncode == 1, (bad, r.stderr)
+    r = run_cli("inspect", "--cache-size=20000000TB", SOURCES["sample"])
+    assert r.returncode == 1, r.stderr  # overflows 2^64
