@@ -10,9 +10,9 @@
  *    linked unless ties=off.
  *  - evidenced: formats that store every name separately (DCP saves a tied
  *    pair as two copies; the reader sets sd->ties_as_copies).  Only the
- *    writer's own evidence proposes a pair (tie_evidence.h: the optimizer
- *    lists one name of a shared parameter; config.json ties the word
- *    embeddings), and the pair is linked only when its bytes, compared in
+ *    writer's own evidence proposes a pair (tie_evidence.h: config.json
+ *    ties the word embeddings of one model; the optimizer can only veto),
+ *    and the pair is linked only when its bytes, compared in
  *    full through two fixed 1 MiB buffers, are equal.  Equal bytes never
  *    propose a pair (a LayerNorm after one AdamW step, deep-copied layers
  *    at step 0 are equal and distinct), except under the opt-in
