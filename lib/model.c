@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "codec/json.h"
 #include "overlap.h"
 
 struct us_statedict *us_sd_new(void)
@@ -448,6 +449,23 @@ static enum us_status report_empty_name(const struct us_statedict *sd,
 			  "file under tensors/");
 }
 
+/*
+ * Names go into JSON headers (model.safetensors, optimizer.safetensors) that
+ * safetensors refuses unless they are UTF-8; a pickle's str can carry lone
+ * surrogates ('\udc80' as ED B2 80), which torch.load accepts.  Refused so
+ * that no view is one its loader cannot open.
+ */
+static enum us_status report_bad_utf8(const struct us_statedict *sd,
+				      const struct us_tensor *t,
+				      struct us_err *err)
+{
+	const char *path = tensor_file(sd, t);
+
+	return us_err_set(err, US_E_UNSUPPORTED, path ? path : ".",
+			  "a tensor name is not valid UTF-8, which "
+			  "safetensors cannot store");
+}
+
 enum us_status us_sd_finalize(struct us_statedict *sd, struct us_err *err)
 {
 	assert(!sd->finalized);
@@ -466,6 +484,8 @@ enum us_status us_sd_finalize(struct us_statedict *sd, struct us_err *err)
 
 		if (!sd->borrowed_files && t->name[0] == '\0')
 			return report_empty_name(sd, t, err);
+		if (!us_utf8_valid((const unsigned char *)t->name, strlen(t->name)))
+			return report_bad_utf8(sd, t, err);
 		if (i > 0 && strcmp(t->name, sd->tensors[i - 1].name) == 0)
 			return report_duplicate(sd, &sd->tensors[i - 1], t, err);
 		US_TRY(check_tensor(sd, t, err));

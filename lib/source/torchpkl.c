@@ -199,6 +199,33 @@ int us_torch_match(const struct us_pk *p, struct us_torch_tensor *t,
 	return 0;
 }
 
+/*
+ * The byteorder record (torch.save writes "little" or "big"; older
+ * archives have none and are little-endian): torch.load byte-swaps a "big"
+ * archive's storages, which these views would serve unswapped, so such an
+ * archive is refused rather than served as wrong values.
+ */
+static int check_byteorder(const struct us_torch_archive *ta, int fd,
+			   uint64_t base, const char **why)
+{
+	const struct us_zip_entry *e = us_zip_find(&ta->zip, "byteorder");
+	char text[8];
+	uint64_t off;
+
+	if (!e)
+		return 0;
+	if (e->size > sizeof(text) || us_zip_data(&ta->zip, e, &off, why) < 0 ||
+	    us_pread_full(fd, text, (size_t)e->size, base + off) < 0)
+		return *why = "its byteorder record cannot be read", -1;
+	if (e->size == 6 && !memcmp(text, "little", 6))
+		return 0;
+	if (e->size == 3 && !memcmp(text, "big", 3))
+		return *why = "a big-endian torch.save archive (byteorder "
+			      "'big'): not served, its tensors would need "
+			      "byte-swapping", -1;
+	return *why = "its byteorder record is neither 'little' nor 'big'", -1;
+}
+
 int us_torch_archive_open(struct us_torch_archive *ta, int fd, uint64_t base,
 			  uint64_t len, struct us_arena *a, const char **why)
 {
@@ -208,7 +235,8 @@ int us_torch_archive_open(struct us_torch_archive *ta, int fd, uint64_t base,
 	size_t used, budget;
 	int rc;
 
-	if (us_zip_open(&ta->zip, fd, base, len, a, why) < 0)
+	if (us_zip_open(&ta->zip, fd, base, len, a, why) < 0 ||
+	    check_byteorder(ta, fd, base, why) < 0)
 		return -1;
 	pkl = us_zip_find(&ta->zip, "data.pkl");
 	if (!pkl)

@@ -673,6 +673,25 @@ def bin_legacy_format(root):
 
 
 @case
+def bin_byteorder_big(root):
+    """torch.load byte-swaps a big-endian archive: served unswapped it would be wrong values"""
+    p = bin_single(root)
+    write(p, rezip(read(p), replace={"byteorder": b"big"}))
+    return dict(source="src", path="pytorch_model.bin", why="byteorder record says big")
+
+
+@case
+def bin_name_not_utf8(root):
+    """a pickled str with a lone surrogate: torch.load takes it, safetensors cannot store it"""
+    import torch
+    src = os.path.join(root, "src")
+    os.makedirs(src)
+    torch.save({"\udc80x": torch.ones(2), "ok": torch.ones(1)},
+               os.path.join(src, "pytorch_model.bin"))
+    return dict(source="src", path="pytorch_model.bin", why="a tensor name that is not UTF-8")
+
+
+@case
 def bin_empty_name(root):
     import torch
     p = bin_single(root)
