@@ -430,40 +430,27 @@ static enum us_status report_duplicate(const struct us_statedict *sd,
 }
 
 /*
- * A model tensor named "" (a key torch.save and the safetensors writer both
- * accept) would be in model.safetensors and pytorch_model.bin but could
- * have no tensors/ file: no directory entry has an empty name.  The views
- * must agree on the names, so the mount refuses it.  Checked here, once the
- * names are final, so that it holds for every reader (unwrapping never
- * empties a name: us_unwrap_name keeps the source's then).  The optimizer
- * child has no tensors/ directory, and its names are "state.<p>.<slot>".
+ * A name no view can serve as it is, refused naming @t's source file:
+ *  - "" (a key torch.save and the safetensors writer both accept) would be
+ *    in model.safetensors and pytorch_model.bin but could have no tensors/
+ *    file: no directory entry has an empty name, and the views must agree
+ *    on the names.  (Unwrapping never empties a name: us_unwrap_name keeps
+ *    the source's then.  The optimizer child has no tensors/ directory.)
+ *  - a name that is not UTF-8 (a pickle's str can carry lone surrogates,
+ *    '\udc80' as ED B2 80, which torch.load accepts) would make headers
+ *    safetensors refuses to open.
+ * Checked once the names are final, so that it holds for every reader.
  */
-static enum us_status report_empty_name(const struct us_statedict *sd,
-					const struct us_tensor *t,
-					struct us_err *err)
+static const char *unservable_name(const struct us_statedict *sd,
+				   const struct us_tensor *t)
 {
-	const char *path = tensor_file(sd, t);
-
-	return us_err_set(err, US_E_UNSUPPORTED, path ? path : ".",
-			  "a tensor has an empty name, which cannot be a "
-			  "file under tensors/");
-}
-
-/*
- * Names go into JSON headers (model.safetensors, optimizer.safetensors) that
- * safetensors refuses unless they are UTF-8; a pickle's str can carry lone
- * surrogates ('\udc80' as ED B2 80), which torch.load accepts.  Refused so
- * that no view is one its loader cannot open.
- */
-static enum us_status report_bad_utf8(const struct us_statedict *sd,
-				      const struct us_tensor *t,
-				      struct us_err *err)
-{
-	const char *path = tensor_file(sd, t);
-
-	return us_err_set(err, US_E_UNSUPPORTED, path ? path : ".",
-			  "a tensor name is not valid UTF-8, which "
-			  "safetensors cannot store");
+	if (!sd->borrowed_files && t->name[0] == '\0')
+		return "a tensor has an empty name, which cannot be a file "
+		       "under tensors/";
+	if (!us_utf8_valid((const unsigned char *)t->name, strlen(t->name)))
+		return "a tensor name is not valid UTF-8, which safetensors "
+		       "cannot store";
+	return NULL;
 }
 
 enum us_status us_sd_finalize(struct us_statedict *sd, struct us_err *err)
@@ -481,11 +468,14 @@ enum us_status us_sd_finalize(struct us_statedict *sd, struct us_err *err)
 		      cmp_tensor_name);
 	for (size_t i = 0; i < sd->ntensors; i++) {
 		const struct us_tensor *t = &sd->tensors[i];
+		const char *why = unservable_name(sd, t);
 
-		if (!sd->borrowed_files && t->name[0] == '\0')
-			return report_empty_name(sd, t, err);
-		if (!us_utf8_valid((const unsigned char *)t->name, strlen(t->name)))
-			return report_bad_utf8(sd, t, err);
+		if (why) {
+			const char *path = tensor_file(sd, t);
+
+			return us_err_set(err, US_E_UNSUPPORTED, path ? path : ".",
+					  "%s", why);
+		}
 		if (i > 0 && strcmp(t->name, sd->tensors[i - 1].name) == 0)
 			return report_duplicate(sd, &sd->tensors[i - 1], t, err);
 		US_TRY(check_tensor(sd, t, err));
