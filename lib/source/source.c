@@ -90,8 +90,10 @@ enum us_status us_source_open(const char *path,
 	}
 	if (!r) {
 		rc = us_err_set(err, US_E_FORMAT, file ? file : ".",
-				"no checkpoint found (no safetensors, torch.save "
-				"or index file)");
+				"no checkpoint found in %s (looked for safetensors "
+				"files or their index, torch.save files (.bin .pt "
+				".pth .ckpt) or their index, a DCP .metadata, a "
+				"DeepSpeed latest or global_step*/)", path);
 		goto fail;
 	}
 	sd = us_sd_new();
