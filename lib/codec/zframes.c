@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../io.h"
+#include "le.h"
 #include "zstream.h"
 
 #define MAGIC_ZSTD 0xFD2FB528u
@@ -36,15 +37,6 @@ struct fhdr {
 	uint64_t size;    /* declared content size, when has_size */
 	bool has_size, checksum;
 };
-
-static uint64_t le(const unsigned char *p, unsigned n)
-{
-	uint64_t v = 0;
-
-	for (unsigned i = 0; i < n; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
 
 static int fail(struct walk *w, uint64_t at, const char *why)
 {
@@ -116,11 +108,11 @@ static int frame_header(struct walk *w, struct fhdr *h)
 	p = b + 5;
 	if (!single)
 		h->window = window_size(*p++);
-	if (le(p, dict_len[fhd & 3]) != 0)
+	if (us_le(p, dict_len[fhd & 3]) != 0)
 		return fail(w, w->pos + 4, "its zstd frame needs a dictionary");
 	p += dict_len[fhd & 3];
 	h->has_size = fcs_len != 0;
-	h->size = le(p, fcs_len) + (fcs_len == 2 ? 256 : 0);
+	h->size = us_le(p, fcs_len) + (fcs_len == 2 ? 256 : 0);
 	if (single)
 		h->window = h->size;
 	h->checksum = fhd & FHD_CHECKSUM;
@@ -144,7 +136,7 @@ static int block(struct walk *w, uint64_t bmax, uint64_t *lo, uint64_t *hi,
 
 	if (get(w, b, BLOCK_HDR) < 0)
 		return -1;
-	bh = (uint32_t)le(b, BLOCK_HDR);
+	bh = (uint32_t)us_le(b, BLOCK_HDR);
 	*last = bh & 1;
 	type = (enum block_type)((bh >> 1) & 3);
 	size = bh >> 3;
@@ -206,7 +198,7 @@ static int skippable_frame(struct walk *w)
 		return -1;
 	w->pos += sizeof(b);
 	w->out->skippable++;
-	return skip(w, le(b + 4, 4));
+	return skip(w, us_le(b + 4, 4));
 }
 
 int us_zframes_walk(int fd, uint64_t off, uint64_t len, struct us_zframes *out,
@@ -228,7 +220,7 @@ int us_zframes_walk(int fd, uint64_t off, uint64_t len, struct us_zframes *out,
 		else if (get(&w, m, sizeof(m)) < 0)
 			return -1;
 		else
-			magic = (uint32_t)le(m, sizeof(m));
+			magic = (uint32_t)us_le(m, sizeof(m));
 		if (magic == MAGIC_ZSTD)
 			rc = zstd_frame(&w);
 		else if ((magic & MAGIC_SKIP_MASK) == MAGIC_SKIP)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../io.h"
+#include "le.h"
 
 #define SIG_LOCAL 0x04034b50u
 #define SIG_CENTRAL 0x02014b50u
@@ -21,15 +22,6 @@
 #define LOCAL_LEN 30u
 #define MAX_COMMENT 65535u
 #define MAX_CD (256ull << 20)
-
-static uint64_t le(const unsigned char *p, unsigned n)
-{
-	uint64_t v = 0;
-
-	for (unsigned i = 0; i < n; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
 
 static int rd(const struct us_zip *z, void *buf, size_t n, uint64_t off)
 {
@@ -48,16 +40,16 @@ static int find_eocd(struct us_zip *z, unsigned char *tail, size_t tlen,
 	uint64_t start = z->len - tlen;
 
 	if (rd(z, tail + tlen - EOCD_LEN, EOCD_LEN, z->len - EOCD_LEN) == 0 &&
-	    le(tail + tlen - EOCD_LEN, 4) == SIG_EOCD &&
-	    le(tail + tlen - EOCD_LEN + 20, 2) == 0) {
+	    us_le(tail + tlen - EOCD_LEN, 4) == SIG_EOCD &&
+	    us_le(tail + tlen - EOCD_LEN + 20, 2) == 0) {
 		*eocd = z->len - EOCD_LEN;
 		return 0;
 	}
 	if (rd(z, tail, tlen, start) < 0)
 		return -1;
 	for (size_t i = tlen - EOCD_LEN + 1; i-- > 0;) {
-		if (le(tail + i, 4) == SIG_EOCD &&
-		    i + EOCD_LEN + le(tail + i + 20, 2) == tlen) {
+		if (us_le(tail + i, 4) == SIG_EOCD &&
+		    i + EOCD_LEN + us_le(tail + i + 20, 2) == tlen) {
 			*eocd = start + i;
 			return 0;
 		}
@@ -74,17 +66,17 @@ static int read_zip64(struct us_zip *z, uint64_t eocd, uint64_t *count,
 	uint64_t off;
 
 	if (eocd < LOC64_LEN || rd(z, loc, LOC64_LEN, eocd - LOC64_LEN) < 0 ||
-	    le(loc, 4) != SIG_LOC64)
+	    us_le(loc, 4) != SIG_LOC64)
 		return 0; /* no zip64: the classic values stand */
-	off = le(loc + 8, 8);
+	off = us_le(loc + 8, 8);
 	if (off > eocd - LOC64_LEN || eocd - LOC64_LEN - off < EOCD64_LEN ||
-	    rd(z, rec, EOCD64_LEN, off) < 0 || le(rec, 4) != SIG_EOCD64) {
+	    rd(z, rec, EOCD64_LEN, off) < 0 || us_le(rec, 4) != SIG_EOCD64) {
 		*why = "bad zip64 end record";
 		return -1;
 	}
-	*count = le(rec + 32, 8);
-	*cd_size = le(rec + 40, 8);
-	*cd_off = le(rec + 48, 8);
+	*count = us_le(rec + 32, 8);
+	*cd_size = us_le(rec + 40, 8);
+	*cd_off = us_le(rec + 48, 8);
 	*end = off;
 	return 0;
 }
@@ -97,7 +89,7 @@ static int central_zip64(const unsigned char *extra, size_t elen,
 	uint64_t *fields[3] = {size, csize, loff};
 
 	while (elen >= 4) {
-		size_t id = le(extra, 2), dlen = le(extra + 2, 2), pos = 4;
+		size_t id = us_le(extra, 2), dlen = us_le(extra + 2, 2), pos = 4;
 
 		if (dlen > elen - 4)
 			return -1;
@@ -107,7 +99,7 @@ static int central_zip64(const unsigned char *extra, size_t elen,
 					continue;
 				if (pos + 8 > 4 + dlen)
 					return -1;
-				*fields[f] = le(extra + pos, 8);
+				*fields[f] = us_le(extra + pos, 8);
 				pos += 8;
 			}
 			return 0;
@@ -129,18 +121,18 @@ static int parse_central(struct us_zip *z, const unsigned char *cd,
 		const unsigned char *h = cd + pos;
 		uint64_t nlen, elen, clen, csize;
 
-		if (cd_size - pos < CENTRAL_LEN || le(h, 4) != SIG_CENTRAL)
+		if (cd_size - pos < CENTRAL_LEN || us_le(h, 4) != SIG_CENTRAL)
 			return *why = "bad central directory entry", -1;
-		nlen = le(h + 28, 2);
-		elen = le(h + 30, 2);
-		clen = le(h + 32, 2);
+		nlen = us_le(h + 28, 2);
+		elen = us_le(h + 30, 2);
+		clen = us_le(h + 32, 2);
 		if (cd_size - pos - CENTRAL_LEN < nlen + elen + clen)
 			return *why = "central directory entry runs past its end", -1;
-		if (le(h + 10, 2) != 0)
+		if (us_le(h + 10, 2) != 0)
 			return *why = "compressed zip entry (torch writes stored entries)", -1;
-		csize = le(h + 20, 4);
-		e->size = le(h + 24, 4);
-		e->local_off = le(h + 42, 4);
+		csize = us_le(h + 20, 4);
+		e->size = us_le(h + 24, 4);
+		e->local_off = us_le(h + 42, 4);
 		if (central_zip64(h + CENTRAL_LEN + nlen, elen, &e->size, &csize,
 				  &e->local_off) < 0 || csize != e->size)
 			return *why = "bad zip64 sizes in the central directory", -1;
@@ -243,9 +235,9 @@ int us_zip_open(struct us_zip *z, int fd, uint64_t base, uint64_t len,
 	z->len = len;
 	if (len < EOCD_LEN || find_eocd(z, tail, tlen, &eocd) < 0)
 		return *why = "not a zip archive (no end record)", -1;
-	count = le(tail + (eocd - (len - tlen)) + 10, 2);
-	cd_size = le(tail + (eocd - (len - tlen)) + 12, 4);
-	cd_off = le(tail + (eocd - (len - tlen)) + 16, 4);
+	count = us_le(tail + (eocd - (len - tlen)) + 10, 2);
+	cd_size = us_le(tail + (eocd - (len - tlen)) + 12, 4);
+	cd_off = us_le(tail + (eocd - (len - tlen)) + 16, 4);
 	end = eocd;
 	if (read_zip64(z, eocd, &count, &cd_size, &cd_off, &end, why) < 0)
 		return -1;
@@ -302,17 +294,17 @@ static int check_local(const struct us_zip_entry *e, const unsigned char *h,
 		       const char **why)
 {
 	size_t nlen = strlen(e->name);
-	bool descriptor = le(h + 6, 2) & 0x8;
+	bool descriptor = us_le(h + 6, 2) & 0x8;
 
-	if (le(h + 8, 2) != 0)
+	if (us_le(h + 8, 2) != 0)
 		return *why = "a zip record's local header says it is "
 			      "compressed, its central entry stored", -1;
-	if (le(h + 26, 2) != nlen || memcmp(h + LOCAL_LEN, e->name, nlen) != 0)
+	if (us_le(h + 26, 2) != nlen || memcmp(h + LOCAL_LEN, e->name, nlen) != 0)
 		return *why = "a zip record's local header names another "
 			      "record (central directory and local headers "
 			      "disagree)", -1;
-	if (!local_size_ok(le(h + 18, 4), e->size, descriptor) ||
-	    !local_size_ok(le(h + 22, 4), e->size, descriptor))
+	if (!local_size_ok(us_le(h + 18, 4), e->size, descriptor) ||
+	    !local_size_ok(us_le(h + 22, 4), e->size, descriptor))
 		return *why = "a zip record's local header and central entry "
 			      "give different sizes", -1;
 	return 0;
@@ -332,15 +324,15 @@ int us_zip_data(const struct us_zip *z, const struct us_zip_entry *e,
 	if (!h)
 		return *why = "out of memory", -1;
 	if (rd(z, h, LOCAL_LEN + nlen, e->local_off) < 0 ||
-	    le(h, 4) != SIG_LOCAL) {
+	    us_le(h, 4) != SIG_LOCAL) {
 		*why = "bad local zip header";
 	} else if (check_local(e, h, why) < 0) {
 		/* *why says which field disagrees */
-	} else if (!fits_limit(e, le(h + 28, 2))) {
+	} else if (!fits_limit(e, us_le(h + 28, 2))) {
 		*why = "zip record data runs into the next record or the "
 		       "central directory";
 	} else {
-		*off = e->local_off + LOCAL_LEN + nlen + le(h + 28, 2);
+		*off = e->local_off + LOCAL_LEN + nlen + us_le(h + 28, 2);
 		rc = 0;
 	}
 	free(h);

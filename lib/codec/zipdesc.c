@@ -1,30 +1,23 @@
 /* zipdesc.c - zip data descriptors. */
 #include "zipdesc.h"
 
+#include "le.h"
+
 #define SIG_DESC 0x08074b50u
-
-static uint64_t le(const unsigned char *p, unsigned n)
-{
-	uint64_t v = 0;
-
-	for (unsigned i = 0; i < n; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
 
 int us_zip_desc_size(const unsigned char d[24], uint64_t *size)
 {
-	if (le(d, 4) != SIG_DESC)
+	if (us_le(d, 4) != SIG_DESC)
 		return -1;
 	/* The 8-byte form first: read as the 4-byte one, a size whose two
 	 * halves are equal would pass; the other way round, the next
 	 * record's signature never equals a stated size. */
-	if (le(d + 8, 8) == le(d + 16, 8)) {
-		*size = le(d + 8, 8);
+	if (us_le(d + 8, 8) == us_le(d + 16, 8)) {
+		*size = us_le(d + 8, 8);
 		return 0;
 	}
-	if (le(d + 8, 4) == le(d + 12, 4)) {
-		*size = le(d + 8, 4);
+	if (us_le(d + 8, 4) == us_le(d + 12, 4)) {
+		*size = us_le(d + 8, 4);
 		return 0;
 	}
 	return -1;
@@ -33,7 +26,7 @@ int us_zip_desc_size(const unsigned char d[24], uint64_t *size)
 int us_zip_desc_check(const unsigned char d[24], uint64_t size, uint32_t crc)
 {
 	uint64_t stated;
-	uint32_t want = (uint32_t)le(d + 4, 4);
+	uint32_t want = (uint32_t)us_le(d + 4, 4);
 
 	if (us_zip_desc_size(d, &stated) < 0 || stated != size)
 		return -1;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../codec/crc32.h"
+#include "../codec/le.h"
 #include "../codec/zframes.h"
 #include "../codec/zipdesc.h"
 #include "../codec/zstream.h"
@@ -24,15 +25,6 @@ struct head {
 	size_t len, cap;
 	const char **why;
 };
-
-static uint64_t le(const unsigned char *p, unsigned n)
-{
-	uint64_t v = 0;
-
-	for (unsigned i = 0; i < n; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
 
 /* Decode until the head holds at least @n bytes (and up to STEP more). */
 static int need(struct head *h, size_t n)
@@ -70,18 +62,18 @@ static int descriptor_at(struct head *h, size_t q, uint64_t size)
 {
 	if (need(h, q + 16) < 0)
 		return -1;
-	if (le(h->buf + q, 4) != SIG_DESC)
+	if (us_le(h->buf + q, 4) != SIG_DESC)
 		return 0;
-	if (le(h->buf + q + 8, 4) == size && le(h->buf + q + 12, 4) == size) {
+	if (us_le(h->buf + q + 8, 4) == size && us_le(h->buf + q + 12, 4) == size) {
 		/* Zero sizes read alike in both forms: the next signature tells. */
 		if (size != 0 || need(h, q + 20) < 0 ||
-		    le(h->buf + q + 16, 4) == SIG_LOCAL ||
-		    le(h->buf + q + 16, 4) == SIG_CENTRAL)
+		    us_le(h->buf + q + 16, 4) == SIG_LOCAL ||
+		    us_le(h->buf + q + 16, 4) == SIG_CENTRAL)
 			return 16;
 	}
 	if (need(h, q + 24) < 0)
 		return -1;
-	return le(h->buf + q + 8, 8) == size && le(h->buf + q + 16, 8) == size ? 24 : 0;
+	return us_le(h->buf + q + 8, 8) == size && us_le(h->buf + q + 16, 8) == size ? 24 : 0;
 }
 
 /* The end of a record whose data starts at @d and whose size only its
@@ -138,12 +130,12 @@ static int read_local(struct head *h, size_t pos, size_t *plen, struct local *l)
 	if (need(h, pos + LOCAL_LEN) < 0)
 		return -1;
 	p = h->buf + pos;
-	if (le(p, 4) != SIG_LOCAL)
+	if (us_le(p, 4) != SIG_LOCAL)
 		return *h->why = "no zip record where one should start", -1;
-	if (le(p + 8, 2) != 0)
+	if (us_le(p + 8, 2) != 0)
 		return *h->why = "compressed zip entry (torch writes stored entries)", -1;
-	nlen = le(p + 26, 2);
-	elen = le(p + 28, 2);
+	nlen = us_le(p + 26, 2);
+	elen = us_le(p + 28, 2);
 	if (need(h, pos + LOCAL_LEN + nlen + elen) < 0)
 		return -1;
 	p = h->buf + pos; /* need() may have moved the buffer */
@@ -158,8 +150,8 @@ static int read_local(struct head *h, size_t pos, size_t *plen, struct local *l)
 		return *h->why = "zip records are not under one folder", -1;
 	l->record = name + *plen;
 	l->rlen = nlen - *plen;
-	l->flags = (uint32_t)le(p + 6, 2);
-	l->size = le(p + 22, 4);
+	l->flags = (uint32_t)us_le(p + 6, 2);
+	l->size = us_le(p + 22, 4);
 	l->data = pos + LOCAL_LEN + nlen + elen;
 	return 0;
 }
