@@ -285,6 +285,11 @@ enum us_status us_tie_evidence_gather(const struct us_statedict *sd, int dirfd,
 
 	assert(sd->finalized); /* names are sorted: us_sd_find */
 	memset(ev, 0, sizeof(*ev));
+	gather_config(dirfd, ev);
+	/* The optimizer only vetoes what config.json proposes: without a
+	 * proposal its JSON (50k parameters, say) need not be parsed again. */
+	if (!ev->embed_tied)
+		return US_OK;
 	ev->named = calloc(sd->ntensors ? sd->ntensors : 1, sizeof(*ev->named));
 	if (!ev->named)
 		return US_E_NOMEM;
@@ -293,7 +298,6 @@ enum us_status us_tie_evidence_gather(const struct us_statedict *sd, int dirfd,
 		return US_E_NOMEM;
 	}
 	ev->optim = rc == 1;
-	gather_config(dirfd, ev);
 	return US_OK;
 }
 

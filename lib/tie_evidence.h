@@ -33,6 +33,7 @@ struct us_tie_evidence {
 	 * tensor or scalar) resolves to a model tensor.  Then named[i] says
 	 * whether sd->tensors[i] is one of them.  An optimizer that keys
 	 * anything by position, or by a name the model lacks, is no evidence.
+	 * Read only when embed_tied (named is NULL otherwise).
 	 */
 	bool optim;
 	bool *named;
