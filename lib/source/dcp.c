@@ -408,18 +408,16 @@ static enum us_status item_extent(struct dcp *d, const struct dcp_item *it,
 	us_arena_init(&a);
 	prc = xf == US_XF_ZSTD ? zstd_item(fd, it, &a, &tt, &c->src, &why, &bad_at)
 			       : plain_item(fd, it, &a, &tt, &c->src, &why);
-	if (prc < 0 && bad_at != UINT64_MAX) {
-		/* Where the frame walk found the damage, to look at it. */
-		rc = us_err_set(d->err, US_E_FORMAT, d->sd->files[file].relpath,
-				"item of '%s': %s (at byte %llu of the item, %llu "
-				"of the file)", it->fqn, why,
-				(unsigned long long)bad_at,
-				(unsigned long long)(it->offset + bad_at));
-		goto out;
-	}
 	if (prc < 0) {
+		char at[96] = "";
+
+		/* Where the frame walk found the damage, to look at it. */
+		if (bad_at != UINT64_MAX)
+			snprintf(at, sizeof(at), " (at byte %llu of the item, "
+				 "%llu of the file)", (unsigned long long)bad_at,
+				 (unsigned long long)(it->offset + bad_at));
 		rc = us_err_set(d->err, US_E_FORMAT, d->sd->files[file].relpath,
-				"item of '%s': %s", it->fqn, why);
+				"item of '%s': %s%s", it->fqn, why, at);
 		goto out;
 	}
 	if (tt.dtype != t->dtype || tt.ndim != t->ndim ||
