@@ -12,7 +12,7 @@
 #include "../codec/zstream.h"
 
 /* The served prefix ends with room for the storage record's data
- * descriptor (source/dcp_zstd.h: 24 bytes, the longer form). */
+ * descriptor (lib/source/dcp/dcp_zstd.h: 24 bytes, the longer form). */
 #define DESC 24u
 #define CHUNK (64u << 10)
 

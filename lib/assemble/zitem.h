@@ -2,7 +2,7 @@
  * zitem.h - serving bytes of zstd-compressed items (DCP "stream.zstd/1").
  *
  * An item whose served prefix (us_extent.decoded_len: up to the end of its
- * storage record, see source/dcp.c) fits the cache is decoded once into a
+ * storage record, see lib/source/dcp/dcp.c) fits the cache is decoded once into a
  * cache entry and copied from there.  A larger one is never held whole: it
  * is decoded as a stream from its first byte, dropping everything before
  * the requested range.  So that sequential reads of a large item do not

@@ -2,7 +2,7 @@
  * fuzz_dcp_zstd.c - libFuzzer target: the zstd frame walk
  * (us_zframes_walk, lib/codec/zframes.c), the multi-frame stream
  * (lib/codec/zstream.c) and the head walker of a zstd DCP item
- * (us_dcp_zstd_item, lib/source/dcp_zstd.c).
+ * (us_dcp_zstd_item, lib/source/dcp/dcp_zstd.c).
  *
  * The low 2 bits of the first input byte pick the mode:
  *   0: the rest is the item as stored: zstd frames (hostile frames,
@@ -28,7 +28,7 @@
 
 #include "codec/zframes.h"
 #include "codec/zstream.h"
-#include "source/dcp_zstd.h"
+#include "source/dcp/dcp_zstd.h"
 
 /* Decoding a hostile item could expand without end (RLE blocks): past
  * this, the mode-2 oracle gives up. */

@@ -1,6 +1,6 @@
 /*
  * fuzz_deepspeed.c - libFuzzer target: the DeepSpeed ZeRO reader
- * (lib/source/deepspeed.c, deepspeed_flat.c, ds_common.c) over copies of
+ * (lib/source/deepspeed/ds_zero.c, ds_flat.c, ds_common.c) over copies of
  * the fixtures z2_2rank (ZeRO-2) and z3_2rank (ZeRO-3).  Byte 0 picks the
  * file the rest of the input replaces (slots[], the order make_seeds.py
  * writes seeds in) and, with bit 7, --deepspeed-weights=module.  "latest"

@@ -1,6 +1,6 @@
 /*
  * fuzz_ds_universal.c - libFuzzer target: the DeepSpeed universal
- * checkpoint reader (lib/source/ds_universal.c, ds_common.c) over copies of
+ * checkpoint reader (lib/source/deepspeed/ds_universal.c, ds_common.c) over copies of
  * the fixtures uc_z3_2rank (from ZeRO-3: flat tensors, frozen parameters
  * from fp32.pt) and uc_z2_3rank_bf16 (from ZeRO-2: {"param": ...} dicts).
  * Byte 0 picks the file the rest of the input replaces (slots[], the order

@@ -14,7 +14,7 @@
 #include "arena.h"
 #include "codec/pickle.h"
 #include "codec/pk2json.h"
-#include "source/torchpkl.h"
+#include "codec/torchpkl.h"
 
 static void match(const struct us_pk *p)
 {

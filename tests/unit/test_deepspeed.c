@@ -1,6 +1,6 @@
 /*
  * test_deepspeed.c - the flat range -> N-D box decomposition DeepSpeed's
- * flat partitions need (source/deepspeed_flat.h): the boxes of [a, b) tile
+ * flat partitions need (lib/source/deepspeed/ds_flat.h): the boxes of [a, b) tile
  * exactly the elements a..b-1, in order, each contiguous, at most 2N-1 of
  * them; and pieces that cross segments point at the right bytes.
  */
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "source/deepspeed_flat.h"
+#include "source/deepspeed/ds_flat.h"
 
 /* The flat index of @idx in a row-major tensor of @shape. */
 static uint64_t flat_of(uint32_t ndim, const uint64_t *shape, const uint64_t *idx)

@@ -8,7 +8,7 @@
  * is not part of the names; optimizer containers never feed the model view.
  * Tensors that share a storage keep pointing at the same bytes (ties).
  */
-#include "source.h"
+#include "../source.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -16,14 +16,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../codec/jsonw.h"
-#include "../codec/json.h"
-#include "../codec/pk2json.h"
-#include "../io.h"
-#include "../path.h"
-#include "idnames.h"
-#include "index.h"
-#include "torchpkl.h"
+#include "../../codec/jsonw.h"
+#include "../../codec/json.h"
+#include "../../codec/pk2json.h"
+#include "../../io.h"
+#include "../../path.h"
+#include "../idnames.h"
+#include "../index.h"
+#include "../../codec/torchpkl.h"
 
 #define TORCH_INDEX_SUFFIX ".bin.index.json"
 #define MAX_WALK_DEPTH 64

@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../codec/pk2json.h"
-#include "../path.h"
-#include "deepspeed_flat.h"
+#include "../../codec/pk2json.h"
+#include "../../path.h"
+#include "ds_flat.h"
 
 /* Read the tag file @fd into @tag, stripped at both ends as DeepSpeed's
  * open(latest).read().strip() does; false with @why when it is no tag. */

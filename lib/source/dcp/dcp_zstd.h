@@ -19,8 +19,8 @@
 
 #include <stdint.h>
 
-#include "../arena.h"
-#include "torchpkl.h"
+#include "../../arena.h"
+#include "../../codec/torchpkl.h"
 
 /* Items whose whole frame decodes within this many bytes are decoded to
  * their end at mount, which proves the frame intact and long enough. */

@@ -9,16 +9,16 @@
  * is numel * bits / 8 bytes, and the last one ends at the end of the file.
  * Only the header is read: tensor bytes are never touched at mount.
  */
-#include "source.h"
+#include "../source.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../codec/json.h"
-#include "../io.h"
-#include "../path.h"
-#include "index.h"
+#include "../../codec/json.h"
+#include "../../io.h"
+#include "../../path.h"
+#include "../index.h"
 #include "st_dcp.h"
 
 #define ST_MAX_HEADER 100000000ull

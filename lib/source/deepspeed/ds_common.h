@@ -1,6 +1,6 @@
 /*
  * ds_common.h - what the two DeepSpeed readers share: the ZeRO checkpoint
- * reader (deepspeed.c) and the universal checkpoint reader (ds_universal.c).
+ * reader (ds_zero.c) and the universal checkpoint reader (ds_universal.c).
  *
  * Both read a model states file (mp_rank_00_model_states.pt, or one
  * zero_pp_rank_<r>_mp_rank_00_model_states.pt per rank under ZeRO-3) for the
@@ -11,8 +11,8 @@
 #ifndef US_DS_COMMON_H
 #define US_DS_COMMON_H
 
-#include "source.h"
-#include "torchpkl.h"
+#include "../source.h"
+#include "../../codec/torchpkl.h"
 
 #define US_DS_TAG_MAX 256    /* a tag ("global_step1000") longer is refused */
 

@@ -13,7 +13,7 @@
  * only its head is decoded here (dcp_zstd.h), and reads decode it through
  * the cache (assemble/zitem.h).
  */
-#include "source.h"
+#include "../source.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -21,13 +21,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../codec/json.h"
-#include "../codec/pk2json.h"
-#include "../io.h"
-#include "../path.h"
+#include "../../codec/json.h"
+#include "../../codec/pk2json.h"
+#include "../../io.h"
+#include "../../path.h"
 #include "dcp_zstd.h"
-#include "idnames.h"
-#include "torchpkl.h"
+#include "../idnames.h"
+#include "../../codec/torchpkl.h"
 
 #define MAX_METADATA (1ull << 30)
 

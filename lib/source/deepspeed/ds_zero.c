@@ -1,12 +1,12 @@
 /*
- * deepspeed.c - the DeepSpeed ZeRO reader (stages 1-3, formats.md).
+ * ds_zero.c - the DeepSpeed ZeRO reader (stages 1-3, formats.md).
  *
  * SOURCE is a checkpoint root (a "latest" file naming the tag directory) or
  * the tag directory itself.  The fp32 master weights live only in the
  * optimizer files, as flat 1-D tensors per rank and param group; the model
  * states file says which parameters they hold (param_shapes), in order.
  * Every parameter becomes chunks pointing into those flat tensors
- * (deepspeed_flat.h), laid out as DeepSpeed's zero_to_fp32.py reads them:
+ * (ds_flat.h), laid out as DeepSpeed's zero_to_fp32.py reads them:
  *  - ZeRO-1/2: per group, the ranks' partitions concatenated; parameters one
  *    after another (plus param_alignment_paddings when recorded);
  *  - ZeRO-3: each parameter split on its own, ceil(numel / W) elements per
@@ -19,7 +19,7 @@
  * With --deepspeed-weights=module (ZeRO-1/2), the model view is instead the
  * 16-bit "module" state dict of the model states file, as saved.
  */
-#include "source.h"
+#include "../source.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -27,8 +27,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../path.h"
-#include "deepspeed_flat.h"
+#include "../../path.h"
+#include "ds_flat.h"
 #include "ds_common.h"
 
 #define DS_TAG_MAX US_DS_TAG_MAX

@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../codec/crc32.h"
-#include "../codec/le.h"
-#include "../codec/zframes.h"
-#include "../codec/zipdesc.h"
-#include "../codec/zstream.h"
+#include "../../codec/crc32.h"
+#include "../../codec/le.h"
+#include "../../codec/zframes.h"
+#include "../../codec/zipdesc.h"
+#include "../../codec/zstream.h"
 
 #define SIG_LOCAL 0x04034b50u
 #define SIG_CENTRAL 0x02014b50u

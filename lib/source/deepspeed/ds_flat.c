@@ -1,5 +1,5 @@
-/* deepspeed_flat.c - flat element ranges as chunks (deepspeed_flat.h). */
-#include "deepspeed_flat.h"
+/* ds_flat.c - flat element ranges as chunks (ds_flat.h). */
+#include "ds_flat.h"
 
 #include <string.h>
 

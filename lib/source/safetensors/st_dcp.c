@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../arena.h"
+#include "../../arena.h"
 
 struct piece {
 	const char *name;     /* in the arena */

@@ -17,8 +17,8 @@
 
 #include <stdint.h>
 
-#include "../codec/pickle.h"
-#include "../codec/zip.h"
+#include "pickle.h"
+#include "zip.h"
 #include "../model.h"
 
 struct us_torch_tensor {

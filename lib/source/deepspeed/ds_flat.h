@@ -1,5 +1,5 @@
 /*
- * deepspeed_flat.h - DeepSpeed ZeRO keeps parameters as flat 1-D vectors;
+ * ds_flat.h - DeepSpeed ZeRO keeps parameters as flat 1-D vectors;
  * a parameter is a flat element range of them.  This maps such a range onto
  * chunks (model.h): first onto the source segments that hold it (a range can
  * cross a rank's partition or a param group's tensor), then each piece onto
@@ -10,12 +10,12 @@
  * the partial slices of a, a run of whole slices, and a tail that starts the
  * partial slices of b.
  */
-#ifndef US_DEEPSPEED_FLAT_H
-#define US_DEEPSPEED_FLAT_H
+#ifndef US_DS_FLAT_H
+#define US_DS_FLAT_H
 
 #include <stdint.h>
 
-#include "../model.h"
+#include "../../model.h"
 
 /* A box of a tensor: its corner, its extent, and its first flat element. */
 struct us_flat_box {
@@ -66,4 +66,4 @@ void us_flat_place(struct us_tensor *t, uint32_t *next,
 uint32_t us_flat_count(const struct us_tensor *t, const struct us_flat_vec *v,
 		       uint64_t pos, uint64_t len, uint64_t t0);
 
-#endif /* US_DEEPSPEED_FLAT_H */
+#endif /* US_DS_FLAT_H */

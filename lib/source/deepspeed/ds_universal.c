@@ -27,7 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../path.h"
+#include "../../path.h"
 
 #define UC_OPTIM "zero/optimizer_state.pt"
 

@@ -21,8 +21,8 @@
 
 #include <stdint.h>
 
-#include "../codec/json.h"
-#include "source.h"
+#include "../../codec/json.h"
+#include "../source.h"
 
 #define US_ST_DCP_KEY "DCP_SHARDING_INFO"
 
