@@ -2,7 +2,6 @@
 #include "plan.h"
 
 #include <assert.h>
-#include <errno.h>
 #include <string.h>
 
 /* Which chunk holds element @idx.  @hint (the last hit) is tried first:
@@ -163,7 +162,7 @@ int us_plan_range(const struct us_tensor *t, uint64_t off, uint64_t len,
 		c = find_chunk(t, idx, &hint);
 		assert(c);
 		if (!c)
-			return -EIO;
+			return -1;
 		run = run_length(t, c, idx);
 		memset(&op, 0, sizeof(op));
 		op.src = &c->src;
