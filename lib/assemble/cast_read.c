@@ -10,6 +10,7 @@
  */
 #include "exec.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +93,11 @@ enum us_status us_cast_read(struct us_assembler *as,
 	uint64_t per = (big ? CAST_BLOCK_DEV : CAST_BLOCK) / (si > di ? si : di);
 	uint64_t e = off / di, end = off + len;
 	unsigned char *out = buf;
+
+	/* Only whole-byte float dtypes are cast (us_tensor_present_as), and
+	 * a block holds at least one element of either. */
+	assert(si > 0 && di > 0 && per > 0);
+	assert(t->nbytes == t->numel * di && s.nbytes == t->numel * si);
 
 	while (e * di < end) {
 		uint64_t n = t->numel - e < per ? t->numel - e : per;

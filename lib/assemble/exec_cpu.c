@@ -5,6 +5,7 @@
  */
 #include "exec.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +146,7 @@ static enum us_status gather_flush(struct cpu_ctx *ctx)
 			if (e > end)
 				end = e;
 		}
+		assert(end - start <= GATHER_BUF);
 		rc = us_pread_exact(ctx->sd->files[file].fd, g->span,
 				    (size_t)(end - start), start);
 		for (; rc == US_OK && i < j; i++)
@@ -230,6 +232,7 @@ static enum us_status group_flush(struct cpu_ctx *ctx)
 			n = (GATHER_BUF - run) / f->src_stride + 1;
 		if (n > f->count - i)
 			n = f->count - i;
+		assert((n - 1) * f->src_stride + run <= GATHER_BUF);
 		rc = us_pread_exact(fd, ctx->g->span,
 				    (size_t)((n - 1) * f->src_stride + run),
 				    f->src_off + i * f->src_stride);
@@ -284,6 +287,10 @@ static enum us_status strided_op(struct cpu_ctx *ctx, const struct us_file *f,
 	if (rc != US_OK)
 		return rc;
 	if (span) {
+		/* the row's last element inside the span held (plan.c) */
+		assert(op->src_off >= op->span_off &&
+		       op->src_off - op->span_off + (op->count - 1) * op->src_stride +
+			       op->len <= op->span_len);
 		gather(ctx->buf + op->dst_off, span + (op->src_off - op->span_off),
 		       op->count, op->len, op->src_stride);
 		return US_OK;
@@ -327,6 +334,13 @@ static enum us_status cpu_op(struct cpu_ctx *ctx, const struct us_copy_op *op)
 {
 	const struct us_file *f = &ctx->sd->files[op->src->file];
 	enum us_status rc;
+
+	/* finalize: every extent names a file of the table and lies inside
+	 * it (or inside its decoded item, which zitem.c asserts) */
+	assert(op->src->file < ctx->sd->nfiles);
+	assert(op->src->xf != US_XF_NONE ||
+	       (op->count > 1 ? op->span_off + op->span_len
+			      : op->src_off + op->len) <= (uint64_t)f->size);
 
 	/* First, for every extent, transformed or not: a file that changed
 	 * since mount answers EIO, even when its item is cached. */

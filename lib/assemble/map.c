@@ -11,6 +11,8 @@
  */
 #include "exec.h"
 
+#include <assert.h>
+
 #include "plan.h"
 
 /* Runs shorter than MAP_SHORT that do not continue the last segment are
@@ -63,6 +65,10 @@ static int map_emit(void *vctx, const struct us_copy_op *op)
 		ctx->segs->overflow = true; /* the executor's work */
 		return 1;
 	}
+	/* finalize: the run lies inside its file, so the kernel's splice of
+	 * it is never short (a short reply would be served as EOF) */
+	assert(op->src->file < ctx->sd->nfiles);
+	assert(op->src_off + op->len <= (uint64_t)f->size);
 	/* As in the CPU executor: a changed file answers EIO. */
 	if (ctx->checked != (int32_t)op->src->file) {
 		ctx->rc = us_file_check(f);
@@ -90,6 +96,7 @@ static int sources_emit(void *vctx, const struct us_copy_op *op)
 
 	if (op->src->xf != US_XF_NONE)
 		return 0; /* offsets in a decoded item, not in the file */
+	assert(op->src->file < ctx->sd->nfiles); /* finalize */
 	if (last && last->fd == fd && off >= last->off &&
 	    off <= last->off + last->len) {
 		if (end > last->off + last->len)
