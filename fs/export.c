@@ -230,7 +230,8 @@ static int write_one(struct us_assembler *as, struct out_file *f, char *buf,
 		st = us_view_read(as, v, buf, EXPORT_PIECE, off, &got);
 		if (st != US_OK || got == 0) {
 			us_msg(LOG_ERR, "%s: reading the checkpoint failed: %s",
-			       v->name, strerror(st != US_OK ? us_status_errno(st) : EIO));
+			       v->name,
+			       strerror(st != US_OK ? us_status_errno(st) : EIO));
 			return EXIT_FAILED;
 		}
 		rc = write_full(f->fd, buf, (size_t)got);

@@ -169,7 +169,9 @@ static void raise_nofile(void)
 }
 
 /*
- * --device: cuda[:N] as asked (checked by check_device).  auto is the CPU:
+ * The mount's assembler (assemble.h): --cache-size bounds its cache, and
+ * --device says where it casts: cuda[:N] as asked (checked by
+ * check_device).  auto is the CPU:
  * on an H200 the device never beat the CPU end to end (docs/gpu-results.txt:
  * 0.5-0.75 GB/s with a round trip per 1 MiB block, against 1.0-2.9 GB/s for
  * the vectorised CPU casts), so there is no plan to switch on.
