@@ -22,6 +22,7 @@
 #include "msg.h"
 #include "progress.h"
 #include "source/source.h" /* us_dirlist */
+#include "status_errno.h"
 
 #define EXPORT_PIECE (4u << 20)
 #define EXIT_USAGE 1
@@ -214,20 +215,23 @@ static const char *shown(const struct out_file *f)
 	return f->path ? f->path : "-";
 }
 
-static int write_one(struct out_file *f, char *buf, struct us_progress *p)
+static int write_one(struct us_assembler *as, struct out_file *f, char *buf,
+		     struct us_progress *p)
 {
 	const struct us_view *v = f->v;
 
 	for (uint64_t off = 0; off < v->size;) {
-		long long got;
+		size_t got;
+		enum us_status st;
 		int rc;
 
 		if (caught)
 			return EXIT_FAILED;
-		got = us_view_read(v, buf, EXPORT_PIECE, off);
-		if (got <= 0) {
+		st = us_view_read(as, v, buf, EXPORT_PIECE, off, &got);
+		if (st != US_OK || got == 0) {
 			us_msg(LOG_ERR, "%s: reading the checkpoint failed: %s",
-			       v->name, strerror(got < 0 ? (int)-got : EIO));
+			       v->name,
+			       strerror(st != US_OK ? us_status_errno(st) : EIO));
 			return EXIT_FAILED;
 		}
 		rc = write_full(f->fd, buf, (size_t)got);
@@ -357,7 +361,8 @@ static uint64_t total_size(struct us_view *const *views, size_t n)
 	return sum;
 }
 
-int us_export(const struct us_opts *o, struct us_view *const *views, size_t n)
+int us_export(const struct us_opts *o, struct us_assembler *as,
+	      struct us_view *const *views, size_t n)
 {
 	struct out_file *f = calloc(n + 1, sizeof(*f));
 	char *buf = malloc(EXPORT_PIECE);
@@ -375,7 +380,7 @@ int us_export(const struct us_opts *o, struct us_view *const *views, size_t n)
 	us_progress_start(&p, !o->quiet && isatty(STDERR_FILENO),
 			  total_size(views, n));
 	for (size_t i = 0; i < n && rc == 0; i++)
-		rc = write_one(&f[i], buf, &p);
+		rc = write_one(as, &f[i], buf, &p);
 	if (rc == 0 && f[0].path)
 		rc = publish(f, n);
 	if (rc == 0 && n > 1)

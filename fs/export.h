@@ -23,10 +23,12 @@
  * (one view only); a directory (always, with --max-shard-size, made if
  * missing) gets each view under its own name; anything else is the one
  * view's file.  Progress on stderr when it is a terminal and not -q.
- * Returns the exit status: 0, 1 (usage: OUT cannot take this view set)
- * or 2 (a read or write failed; one line on stderr).  After a caught
+ * Tensors are read through @as.  Returns the exit status: 0, 1 (usage:
+ * OUT cannot take this view set) or 2 (a read or write failed; one line
+ * on stderr).  After a caught
  * signal it cleans up and dies of that signal.
  */
-int us_export(const struct us_opts *o, struct us_view *const *views, size_t n);
+int us_export(const struct us_opts *o, struct us_assembler *as,
+	      struct us_view *const *views, size_t n);
 
 #endif /* US_EXPORT_H */

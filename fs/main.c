@@ -21,7 +21,6 @@
 #include <unistd.h>
 
 #include "assemble/assemble.h"
-#include "assemble/cuda.h"
 #include "exit_watch.h"
 #include "export.h"
 #include "init_ext.h"
@@ -38,6 +37,7 @@
 
 struct mount_state {
 	struct us_statedict *sd;
+	struct us_assembler *as; /* the mount's one: every view reads through it */
 	int srcfd;
 	struct us_view **views;  /* the root's rendered files */
 	size_t nviews, capviews;
@@ -63,6 +63,7 @@ static void mount_state_free(struct mount_state *m)
 	us_view_raw_array_free(m->raw);
 	if (m->srcfd >= 0)
 		close(m->srcfd);
+	us_assembler_free(m->as);
 	us_sd_free(m->sd);
 }
 
@@ -168,17 +169,24 @@ static void raise_nofile(void)
 }
 
 /*
- * --device: cuda[:N] as asked (checked by check_device).  auto is the CPU:
+ * The mount's assembler (assemble.h): --cache-size bounds its cache, and
+ * --device says where it casts: cuda[:N] as asked (checked by
+ * check_device).  auto is the CPU:
  * on an H200 the device never beat the CPU end to end (docs/gpu-results.txt:
  * 0.5-0.75 GB/s with a round trip per 1 MiB block, against 1.0-2.9 GB/s for
  * the vectorised CPU casts), so there is no plan to switch on.
  */
-static void set_device(const char *device)
+static enum us_status new_assembler(const struct us_opts *o,
+				    struct us_assembler **as, struct us_err *err)
 {
-	if (!strncmp(device, "cuda", 4))
-		us_assemble_set_device(device[4] == ':' ? atoi(device + 5) : 0);
-	else
-		us_assemble_set_device(-1);
+	struct us_assembler_opts ao = { .cache_size = o->cache_size,
+					.executor = US_EXEC_CPU };
+
+	if (!strncmp(o->device, "cuda", 4)) {
+		ao.executor = US_EXEC_CUDA;
+		ao.device = o->device[4] == ':' ? atoi(o->device + 5) : 0;
+	}
+	return us_assembler_new(&ao, as, err);
 }
 
 /* Read SOURCE and build everything the mount serves.  0 or an exit status. */
@@ -207,11 +215,8 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 		return refuse(&err);
 	if (o->inspect)
 		return 0;
-	set_device(o->device);
-	if (us_assemble_init(o->cache_size) < 0) {
-		us_err_set(&err, US_E_NOMEM, ".", "out of memory");
+	if (new_assembler(o, &m->as, &err) != US_OK)
 		return refuse(&err);
-	}
 	if (add_views(m, o, &err) != US_OK)
 		return refuse(&err);
 	if (o->export_cmd)
@@ -228,6 +233,7 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 		return refuse(&err);
 	}
 	m->tree.ra = us_readahead_new(m->sd); /* NULL: reads go without */
+	m->tree.as = m->as;
 	m->tree.direct_io = o->direct_io;
 	return 0;
 }
@@ -282,7 +288,7 @@ static int check_device(const char *device)
 		return 0;
 	if (device[4] == ':')
 		want = atoi(device + 5);
-	ndev = us_cuda_probe(why, sizeof(why)); /* this process stays CUDA-free */
+	ndev = us_assemble_probe(why, sizeof(why)); /* this process stays CUDA-free */
 	if (want < ndev)
 		return 0;
 	fprintf(stderr, "unshardfs: --device=%s: %s (%d CUDA device%s)\n",
@@ -397,7 +403,7 @@ int main(int argc, char **argv)
 	}
 	if (o.version) {
 		const char *why = NULL;
-		int ndev = us_cuda_device_count(&why);
+		int ndev = us_assemble_device_count(&why);
 
 		printf("unshardfs %s (libfuse %s; CUDA executor %s; %d CUDA "
 		       "device%s%s%s)\n", US_VERSION, fuse_pkgversion(),
@@ -414,7 +420,7 @@ int main(int argc, char **argv)
 	if (rc == 0 && o.inspect)
 		rc = us_inspect_print(m.sd, o.json, stdout) < 0 ? EXIT_REFUSED : 0;
 	else if (rc == 0 && o.export_cmd)
-		rc = us_export(&o, m.views, m.nviews);
+		rc = us_export(&o, m.as, m.views, m.nviews);
 	else if (rc == 0)
 		rc = serve(&o, &m);
 	mount_state_free(&m);

@@ -19,6 +19,7 @@
 #include "init_ext.h"
 #include "io.h"
 #include "msg.h"
+#include "status_errno.h"
 #include "view/readahead.h"
 
 static struct us_tree *tree_of(fuse_req_t req)
@@ -415,7 +416,8 @@ static int reply_mapped(fuse_req_t req, const struct us_node *n, size_t size,
 {
 	static __thread struct us_seg segv[REPLY_SEGS];
 	struct us_segs segs = { .v = segv, .cap = REPLY_SEGS };
-	long long got;
+	enum us_status rc;
+	size_t got;
 
 	if (!fits_pipe(size, 1))
 		return -EAGAIN;
@@ -426,13 +428,13 @@ static int reply_mapped(fuse_req_t req, const struct us_node *n, size_t size,
 	}
 	if (n->kind != US_NODE_VIEW && n->kind != US_NODE_TENSOR)
 		return -EAGAIN;
-	got = us_view_map(n->u.view, &segs, size, (uint64_t)off);
-	if (got == -EAGAIN)
-		return -EAGAIN;
-	if (got < 0) {
-		fuse_reply_err(req, (int)-got);
+	rc = us_view_map(n->u.view, &segs, size, (uint64_t)off, &got);
+	if (rc != US_OK) {
+		fuse_reply_err(req, us_status_errno(rc));
 		return 0;
 	}
+	if (segs.overflow)
+		return -EAGAIN;
 	if (!fits_pipe(size, segs.n))
 		return -EAGAIN;
 	return reply_segs(req, segv, segs.n);
@@ -451,7 +453,11 @@ static void reply_buffered(fuse_req_t req, const struct us_node *n,
 		return;
 	}
 	if (n->kind == US_NODE_VIEW || n->kind == US_NODE_TENSOR) {
-		got = us_view_read(n->u.view, buf, size, (uint64_t)off);
+		size_t nread;
+		enum us_status st = us_view_read(tree_of(req)->as, n->u.view,
+						 buf, size, (uint64_t)off, &nread);
+
+		got = st == US_OK ? (long long)nread : -us_status_errno(st);
 	} else {
 		int rc = us_pread_full((int)fi->fh, buf, size, (uint64_t)off);
 		got = rc < 0 ? rc : (long long)size;
@@ -611,7 +617,7 @@ static void us_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 {
 	struct us_node *n = us_tree_get(tree_of(req), ino);
 	struct us_sbuf b;
-	int rc;
+	enum us_status rc;
 
 	if (!n || n->kind != US_NODE_TENSOR) {
 		fuse_reply_err(req, n ? ENODATA : ENOENT);
@@ -620,8 +626,8 @@ static void us_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	/* Built on request (view/raw.c): nothing is kept per tensor. */
 	us_sbuf_init(&b);
 	rc = us_view_raw_xattr(n->u.view, name, &b);
-	if (rc < 0)
-		fuse_reply_err(req, -rc);
+	if (rc != US_OK)
+		fuse_reply_err(req, rc == US_E_USAGE ? ENODATA : us_status_errno(rc));
 	else
 		reply_xattr_value(req, b.p, b.len, size);
 	us_sbuf_free(&b);

@@ -78,6 +78,7 @@ struct us_tree {
 	uint64_t total_bytes;    /* for statfs: every inode counted once */
 	uint64_t total_inodes;   /* for statfs: the nodes that have a name */
 	struct us_readahead *ra; /* the views' sources read ahead, or NULL */
+	struct us_assembler *as; /* where the views' tensor bytes come from */
 	bool direct_io;          /* --direct-io=on (ops.c, init_ext.h) */
 };
 

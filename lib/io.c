@@ -4,27 +4,36 @@
 #include <errno.h>
 #include <unistd.h>
 
-int us_pread_full(int fd, void *buf, size_t len, uint64_t off)
+enum us_status us_pread_exact(int fd, void *buf, size_t len, uint64_t off)
 {
 	char *p = buf;
 
-	if (off > (uint64_t)INT64_MAX || len > (uint64_t)INT64_MAX - off)
-		return -EINVAL;
+	if (off > (uint64_t)INT64_MAX || len > (uint64_t)INT64_MAX - off) {
+		errno = EINVAL;
+		return US_E_IO;
+	}
 	while (len > 0) {
 		ssize_t n = pread(fd, p, len, (off_t)off);
 
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			return -errno;
+			return US_E_IO; /* errno says why */
 		}
-		if (n == 0)
-			return -EIO; /* the file is shorter than recorded */
+		if (n == 0) {
+			errno = EIO; /* the file is shorter than recorded */
+			return US_E_IO;
+		}
 		p += n;
 		off += (uint64_t)n;
 		len -= (size_t)n;
 	}
-	return 0;
+	return US_OK;
+}
+
+int us_pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+	return us_pread_exact(fd, buf, len, off) == US_OK ? 0 : -errno;
 }
 
 static bool same_time(const struct timespec *a, const struct timespec *b)

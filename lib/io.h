@@ -8,9 +8,19 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include "us_error.h"
+
 /*
- * us_pread_full - read exactly @len bytes at @off into @buf.
- * Returns 0, or a negative errno (-EIO when the file ends early).
+ * us_pread_exact - read exactly @len bytes at @off into @buf.  US_OK, or
+ * US_E_IO with errno saying why (EIO when the file ends early), for a
+ * message; the read path (assemble/) only passes the status on.
+ */
+enum us_status us_pread_exact(int fd, void *buf, size_t len, uint64_t off);
+
+/*
+ * us_pread_full - the same as 0 or a negative errno, for the mount-time
+ * readers (codec/, source/) that still name the errno in their messages;
+ * they move to us_pread_exact with the error-type conversion of issue 17.
  */
 int us_pread_full(int fd, void *buf, size_t len, uint64_t off);
 

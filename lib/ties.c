@@ -133,6 +133,7 @@ static void link_declared(struct us_statedict *sd, struct us_tensor **v)
 
 struct confirmer {
 	const struct us_statedict *sd;
+	struct us_assembler *as; /* its own: confirming happens before a mount has one */
 	const struct us_tie_evidence *ev;
 	enum us_ties_mode mode;
 	unsigned char *a, *b;
@@ -158,11 +159,12 @@ static void report(struct confirmer *p)
 static int read_block(struct confirmer *p, const struct us_tensor *t,
 		      unsigned char *buf, uint64_t len, uint64_t off)
 {
-	int rc = us_tensor_read(p->sd, t, buf, len, off);
+	enum us_status rc = us_tensor_read(p->as, p->sd, t, buf, len, off);
 
 	p->bytes += len;
 	report(p);
-	return rc;
+	/* this file's negative errno, for its message (us_ties_detect) */
+	return rc == US_OK ? 0 : rc == US_E_NOMEM ? -12 : -5; /* -ENOMEM, -EIO */
 }
 
 /* Every element of @buf (@len bytes) equals the element @first. */
@@ -390,7 +392,7 @@ static int link_evidenced(struct us_statedict *sd, struct us_tensor **v,
 
 	p.a = malloc(PROOF_BUF);
 	p.b = malloc(PROOF_BUF);
-	if (!p.a || !p.b)
+	if (!p.a || !p.b || us_assembler_new(NULL, &p.as, NULL) != US_OK)
 		rc = -12;
 	qsort(v, n, sizeof(*v), cmp_kind_order);
 	for (size_t i = 0, j; rc == 0 && i < n; i = j) {
@@ -401,6 +403,7 @@ static int link_evidenced(struct us_statedict *sd, struct us_tensor **v,
 	}
 	if (progress && p.last)
 		fputc('\n', stderr);
+	us_assembler_free(p.as);
 	free(p.a);
 	free(p.b);
 	return rc;

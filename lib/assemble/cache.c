@@ -2,7 +2,6 @@
 #include "cache.h"
 
 #include <assert.h>
-#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -265,13 +264,12 @@ struct us_cache_entry *us_cache_publish(struct us_cache *c,
 }
 
 struct us_cache_entry *us_cache_fetch(struct us_cache *c, struct us_cache_key key,
-				      size_t len,
-				      int (*fill)(void *ctx, void *buf, size_t len),
-				      void *ctx, int *rc)
+				      size_t len, us_cache_fill_fn fill,
+				      void *ctx, enum us_status *rc)
 {
 	struct us_cache_entry *e;
 
-	*rc = 0;
+	*rc = US_OK;
 	switch (us_cache_claim(c, key, len, &e)) {
 	case US_CACHE_HIT:
 		return e;
@@ -281,7 +279,7 @@ struct us_cache_entry *us_cache_fetch(struct us_cache *c, struct us_cache_key ke
 		break;
 	}
 	*rc = fill(ctx, us_cache_buf(e), len);
-	if (*rc < 0) {
+	if (*rc != US_OK) {
 		us_cache_put(c, e);
 		return NULL;
 	}
@@ -332,34 +330,4 @@ size_t us_cache_count(struct us_cache *c)
 uint64_t us_cache_capacity(const struct us_cache *c)
 {
 	return c->capacity;
-}
-
-/* ---- the process's cache -------------------------------------------------- */
-
-static pthread_mutex_t global_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct us_cache *global;
-
-int us_cache_init(uint64_t capacity)
-{
-	struct us_cache *c = us_cache_new(capacity);
-
-	if (!c)
-		return -ENOMEM;
-	pthread_mutex_lock(&global_lock);
-	us_cache_free(global);
-	global = c;
-	pthread_mutex_unlock(&global_lock);
-	return 0;
-}
-
-struct us_cache *us_cache_global(void)
-{
-	struct us_cache *c;
-
-	pthread_mutex_lock(&global_lock);
-	if (!global)
-		global = us_cache_new(US_CACHE_DEFAULT);
-	c = global;
-	pthread_mutex_unlock(&global_lock);
-	return c;
 }

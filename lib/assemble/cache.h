@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define US_CACHE_DEFAULT (256ull << 20) /* the --cache-size default */
+#include "../us_error.h"
 
 struct us_cache;
 struct us_cache_entry;
@@ -58,14 +58,14 @@ enum us_cache_claim us_cache_claim(struct us_cache *c, struct us_cache_key key,
 
 /*
  * us_cache_fetch - us_cache_claim, with the fill done by @fill(@ctx, buf,
- * len): it returns 0 or a negative errno, on which the claim is given up
- * and *@rc set.  The filled entry (or the hit) is returned pinned; NULL
- * with *@rc = 0 when the cache has no room: do without it.
+ * len): it returns a status, and on a failure the claim is given up and
+ * *@rc set to it.  The filled entry (or the hit) is returned pinned; NULL
+ * with *@rc = US_OK when the cache has no room: do without it.
  */
+typedef enum us_status (*us_cache_fill_fn)(void *ctx, void *buf, size_t len);
 struct us_cache_entry *us_cache_fetch(struct us_cache *c, struct us_cache_key key,
-				      size_t len,
-				      int (*fill)(void *ctx, void *buf, size_t len),
-				      void *ctx, int *rc);
+				      size_t len, us_cache_fill_fn fill,
+				      void *ctx, enum us_status *rc);
 
 /* us_cache_publish - list @e, claimed (US_CACHE_FILL) and filled, waking
  * the claims that wait for it; returns @e, still pinned. */
@@ -83,15 +83,5 @@ size_t us_cache_len(const struct us_cache_entry *e);
 uint64_t us_cache_used(struct us_cache *c);
 size_t us_cache_count(struct us_cache *c);
 uint64_t us_cache_capacity(const struct us_cache *c);
-
-/*
- * The process's cache, used by us_tensor_read for transformed extents.
- * us_cache_init - (re)create it with @capacity bytes (the daemon passes
- * --cache-size).  Call it before serving, with no read in flight.  Without
- * a call, the first read creates it with US_CACHE_DEFAULT.  Returns 0 or
- * -ENOMEM.
- */
-int us_cache_init(uint64_t capacity);
-struct us_cache *us_cache_global(void);
 
 #endif /* US_CACHE_H */

@@ -1,18 +1,17 @@
 /*
  * exec_cpu.c - the CPU executor: run a plan with pread into the reply
- * buffer; transformed (zstd) extents go through zitem.c and the cache.
+ * buffer; transformed (zstd) extents go through zitem.c and the
+ * assembler's cache.
  */
-#include "assemble.h"
+#include "exec.h"
 
-#include <errno.h>
-#include <fcntl.h>
+#include <assert.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "../io.h"
-#include "cache.h"
+#include "assembler.h"
 #include "plan.h"
 #include "tile.h"
 #include "zitem.h"
@@ -107,6 +106,7 @@ struct row_group {
 
 struct cpu_ctx {
 	const struct us_statedict *sd;
+	enum us_status rc;               /* why an emit stopped the plan */
 	char *buf;
 	const struct us_extent *checked; /* last extent whose file was checked */
 	struct us_zitem_state z;         /* the zstd item being copied from */
@@ -116,22 +116,22 @@ struct cpu_ctx {
 };
 
 /* Serve the queued runs: one pread per span of nearby source bytes. */
-static int gather_flush(struct cpu_ctx *ctx)
+static enum us_status gather_flush(struct cpu_ctx *ctx)
 {
 	struct gather *g = ctx->g;
 	size_t i = 0, j;
-	int rc = 0;
+	enum us_status rc = US_OK;
 
 	if (!g || g->n == 0)
-		return 0;
+		return US_OK;
 	if (g->n == 1) { /* a lone short run: straight into the reply */
 		g->n = 0;
-		return us_pread_full(ctx->sd->files[g->ops[0].src->file].fd,
-				     ctx->buf + g->ops[0].dst_off,
-				     g->ops[0].len, g->ops[0].src_off);
+		return us_pread_exact(ctx->sd->files[g->ops[0].src->file].fd,
+				      ctx->buf + g->ops[0].dst_off,
+				      g->ops[0].len, g->ops[0].src_off);
 	}
 	qsort(g->ops, g->n, sizeof(*g->ops), op_cmp);
-	while (i < g->n && rc == 0) {
+	while (i < g->n && rc == US_OK) {
 		uint32_t file = g->ops[i].src->file;
 		uint64_t start = g->ops[i].src_off;
 		uint64_t end = start + g->ops[i].len;
@@ -146,9 +146,10 @@ static int gather_flush(struct cpu_ctx *ctx)
 			if (e > end)
 				end = e;
 		}
-		rc = us_pread_full(ctx->sd->files[file].fd, g->span,
-				   (size_t)(end - start), start);
-		for (; rc == 0 && i < j; i++)
+		assert(end - start <= GATHER_BUF);
+		rc = us_pread_exact(ctx->sd->files[file].fd, g->span,
+				    (size_t)(end - start), start);
+		for (; rc == US_OK && i < j; i++)
 			memcpy(ctx->buf + g->ops[i].dst_off,
 			       g->span + (g->ops[i].src_off - start),
 			       g->ops[i].len);
@@ -157,24 +158,7 @@ static int gather_flush(struct cpu_ctx *ctx)
 	return rc;
 }
 
-int us_assemble_init(uint64_t cache_size)
-{
-	us_zitem_reset();
-	return us_cache_init(cache_size);
-}
-
-int us_file_check(const struct us_file *f)
-{
-	struct stat st, was = { .st_dev = f->dev, .st_ino = f->ino,
-				.st_size = f->size, .st_mtim = f->mtime,
-				.st_ctim = f->ctime };
-
-	if (fstat(f->fd, &st) < 0)
-		return -errno;
-	return us_same_file(&was, &st) ? 0 : -EIO;
-}
-
-static int cpu_emit(void *vctx, const struct us_copy_op *op);
+static enum us_status cpu_op(struct cpu_ctx *ctx, const struct us_copy_op *op);
 
 /* Element @i of strided row @op, as a plain op. */
 static struct us_copy_op element_of(const struct us_copy_op *op, uint64_t i)
@@ -231,26 +215,28 @@ static bool group_extends(const struct row_group *rg,
 
 /* Read the group's runs, a span of nearby ones per pread, and scatter each
  * run's elements to their rows. */
-static int group_flush(struct cpu_ctx *ctx)
+static enum us_status group_flush(struct cpu_ctx *ctx)
 {
 	struct row_group *rg = &ctx->rg;
 	const struct us_copy_op *f = &rg->first;
 	uint64_t run = rg->rows * f->len, i = 0, n;
-	int fd, rc = 0;
+	enum us_status rc = US_OK;
+	int fd;
 
 	if (rg->rows == 0)
-		return 0;
+		return US_OK;
 	fd = ctx->sd->files[f->src->file].fd;
-	while (i < f->count && rc == 0) {
+	while (i < f->count && rc == US_OK) {
 		n = 1;
 		if (f->src_stride <= run + GATHER_GAP && f->src_stride)
 			n = (GATHER_BUF - run) / f->src_stride + 1;
 		if (n > f->count - i)
 			n = f->count - i;
-		rc = us_pread_full(fd, ctx->g->span,
-				   (size_t)((n - 1) * f->src_stride + run),
-				   f->src_off + i * f->src_stride);
-		for (uint64_t k = 0; rc == 0 && k < n; k++)
+		assert((n - 1) * f->src_stride + run <= GATHER_BUF);
+		rc = us_pread_exact(fd, ctx->g->span,
+				    (size_t)((n - 1) * f->src_stride + run),
+				    f->src_off + i * f->src_stride);
+		for (uint64_t k = 0; rc == US_OK && k < n; k++)
 			for (uint64_t j = 0; j < rg->rows; j++)
 				memcpy(ctx->buf + f->dst_off + j * rg->dst_step +
 				       (i + k) * f->len,
@@ -263,23 +249,24 @@ static int group_flush(struct cpu_ctx *ctx)
 }
 
 /* Queue strided row @op in the row group (flushing the group it does not
- * continue).  1 when there is no buffer for it. */
-static int group_add(struct cpu_ctx *ctx, const struct us_copy_op *op)
+ * continue).  false when there is no buffer for it (*@rc is then US_OK). */
+static bool group_add(struct cpu_ctx *ctx, const struct us_copy_op *op,
+		      enum us_status *rc)
 {
 	struct row_group *rg = &ctx->rg;
-	int rc;
 
+	*rc = US_OK;
 	if (!ctx->g && !(ctx->g = gather_get()))
-		return 1;
+		return false;
 	if (group_extends(rg, op)) {
 		if (rg->rows == 1)
 			rg->dst_step = op->dst_off - rg->first.dst_off;
 		rg->rows++;
-		return 0;
+		return true;
 	}
-	rc = group_flush(ctx);
+	*rc = group_flush(ctx);
 	*rg = (struct row_group){ .first = *op, .rows = 1 };
-	return rc;
+	return true;
 }
 
 /*
@@ -288,87 +275,111 @@ static int group_add(struct cpu_ctx *ctx, const struct us_copy_op *op)
  * group of rows at a time (group_add); one in a zstd item, element by
  * element from the decoded item.
  */
-static int strided_emit(struct cpu_ctx *ctx, const struct us_file *f,
-			const struct us_copy_op *op)
+static enum us_status strided_op(struct cpu_ctx *ctx, const struct us_file *f,
+				 const struct us_copy_op *op)
 {
 	const unsigned char *span = NULL;
-	int rc = 0;
+	enum us_status rc = US_OK;
 
 	if (op->src->xf == US_XF_NONE)
 		span = us_tile_get(&ctx->tile, f, op->src->file, op->span_off,
 				   op->span_len, &rc);
-	if (rc < 0)
+	if (rc != US_OK)
 		return rc;
 	if (span) {
+		/* the row's last element inside the span held (plan.c) */
+		assert(op->src_off >= op->span_off &&
+		       op->src_off - op->span_off + (op->count - 1) * op->src_stride +
+			       op->len <= op->span_len);
 		gather(ctx->buf + op->dst_off, span + (op->src_off - op->span_off),
 		       op->count, op->len, op->src_stride);
-		return 0;
+		return US_OK;
 	}
-	if (op->src->xf == US_XF_NONE && (rc = group_add(ctx, op)) <= 0)
+	if (op->src->xf == US_XF_NONE && group_add(ctx, op, &rc))
 		return rc;
-	rc = 0; /* no buffer for a group: one element at a time */
-	for (uint64_t i = 0; i < op->count && rc == 0; i++) {
+	/* no buffer for a group: one element at a time */
+	for (uint64_t i = 0; i < op->count && rc == US_OK; i++) {
 		struct us_copy_op e = element_of(op, i);
 
-		rc = cpu_emit(ctx, &e);
+		rc = cpu_op(ctx, &e);
 	}
 	return rc;
 }
 
-static int cpu_emit(void *vctx, const struct us_copy_op *op)
+/* A plain run: queued for a gather when short, else read straight in. */
+static enum us_status plain_op(struct cpu_ctx *ctx, const struct us_file *f,
+			       const struct us_copy_op *op)
 {
-	struct cpu_ctx *ctx = vctx;
-	const struct us_file *f = &ctx->sd->files[op->src->file];
-	int rc;
+	enum us_status rc;
 
-	/* First, for every extent, transformed or not: a file that changed
-	 * since mount answers EIO, even when its item is cached. */
-	if (!ctx->checked || ctx->checked->file != op->src->file) {
-		rc = us_file_check(f);
-		if (rc < 0)
-			return rc;
-		ctx->checked = op->src;
-	}
-	if (op->count > 1)
-		return strided_emit(ctx, f, op);
 	if (op->len < GATHER_SHORT && op->src->xf == US_XF_NONE) {
 		if (!ctx->g)
 			ctx->g = gather_get();
 		if (ctx->g) {
-			if (ctx->g->n == GATHER_OPS && (rc = gather_flush(ctx)))
+			if (ctx->g->n == GATHER_OPS &&
+			    (rc = gather_flush(ctx)) != US_OK)
 				return rc;
 			ctx->g->ops[ctx->g->n++] = *op;
-			return 0;
+			return US_OK;
 		}
 	}
 	if (op->src->xf != US_XF_NONE)
 		return us_zitem_copy(&ctx->z, f, op->src, ctx->buf + op->dst_off,
 				     op->src_off, op->len);
-	return us_pread_full(f->fd, ctx->buf + op->dst_off, op->len,
-			     op->src_off);
+	return us_pread_exact(f->fd, ctx->buf + op->dst_off, op->len,
+			      op->src_off);
 }
 
-int us_tensor_read_stored(const struct us_statedict *sd,
-			  const struct us_tensor *t,
-		   void *buf, uint64_t len, uint64_t off)
+static enum us_status cpu_op(struct cpu_ctx *ctx, const struct us_copy_op *op)
+{
+	const struct us_file *f = &ctx->sd->files[op->src->file];
+	enum us_status rc;
+
+	/* finalize: every extent names a file of the table and lies inside
+	 * it (or inside its decoded item, which zitem.c asserts) */
+	assert(op->src->file < ctx->sd->nfiles);
+	assert(op->src->xf != US_XF_NONE ||
+	       (op->count > 1 ? op->span_off + op->span_len
+			      : op->src_off + op->len) <= (uint64_t)f->size);
+
+	/* First, for every extent, transformed or not: a file that changed
+	 * since mount answers EIO, even when its item is cached. */
+	if (!ctx->checked || ctx->checked->file != op->src->file) {
+		rc = us_file_check(f);
+		if (rc != US_OK)
+			return rc;
+		ctx->checked = op->src;
+	}
+	if (op->count > 1)
+		return strided_op(ctx, f, op);
+	return plain_op(ctx, f, op);
+}
+
+/* The plan's callback: a failure stops the plan, its status kept. */
+static int cpu_emit(void *vctx, const struct us_copy_op *op)
+{
+	struct cpu_ctx *ctx = vctx;
+
+	ctx->rc = cpu_op(ctx, op);
+	return ctx->rc != US_OK;
+}
+
+enum us_status us_exec_cpu_read(struct us_assembler *as,
+				const struct us_statedict *sd,
+				const struct us_tensor *t, void *buf,
+				uint64_t len, uint64_t off)
 {
 	struct cpu_ctx ctx = { .sd = sd, .buf = buf, .checked = NULL };
-	int rc, frc, grc;
+	enum us_status rc, frc, grc;
 
-	us_zitem_begin(&ctx.z);
-	us_tile_begin(&ctx.tile);
-	rc = us_plan_range(t, off, len, cpu_emit, &ctx);
+	us_zitem_begin(&ctx.z, as->cache, as->zitems);
+	us_tile_begin(&ctx.tile, as->cache);
+	/* A plan stopped by no emit found a gap in the chunks (plan.h). */
+	rc = us_plan_range(t, off, len, cpu_emit, &ctx) == 0 ? US_OK :
+	     ctx.rc != US_OK ? ctx.rc : US_E_IO;
 	frc = gather_flush(&ctx); /* always empties the queue */
 	grc = group_flush(&ctx);  /* and the row group */
 	us_tile_end(&ctx.tile);
 	us_zitem_end(&ctx.z);
-	return rc ? rc : frc ? frc : grc;
-}
-
-int us_tensor_read(const struct us_statedict *sd, const struct us_tensor *t,
-		   void *buf, uint64_t len, uint64_t off)
-{
-	if (us_tensor_is_cast(t))
-		return us_tensor_read_cast(sd, t, buf, len, off);
-	return us_tensor_read_stored(sd, t, buf, len, off);
+	return rc != US_OK ? rc : frc != US_OK ? frc : grc;
 }

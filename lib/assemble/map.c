@@ -6,12 +6,12 @@
  * need no assembly at all: the daemon can hand the kernel "these bytes of
  * this fd" and let it splice them from the page cache into the FUSE reply,
  * one copy fewer than pread into a buffer and write it back.  Anything else
- * (a --dtype cast, a zstd item, a gather of many short runs) answers
- * -EAGAIN and the caller reads through us_tensor_read.
+ * (a --dtype cast, a zstd item, a gather of many short runs) sets
+ * us_segs.overflow and the caller reads through us_tensor_read.
  */
-#include "assemble.h"
+#include "exec.h"
 
-#include <errno.h>
+#include <assert.h>
 
 #include "plan.h"
 
@@ -51,26 +51,33 @@ static void add_fd(struct us_segs *s, int fd, uint64_t off, uint64_t len)
 struct map_ctx {
 	const struct us_statedict *sd;
 	struct us_segs *segs;
-	int32_t checked; /* the last file whose identity was checked */
+	int32_t checked;   /* the last file whose identity was checked */
+	enum us_status rc; /* why map_emit stopped the plan */
 };
 
+/* Stops the plan (1) once the range cannot be mapped, or a file changed. */
 static int map_emit(void *vctx, const struct us_copy_op *op)
 {
 	struct map_ctx *ctx = vctx;
 	const struct us_file *f = &ctx->sd->files[op->src->file];
-	int rc;
 
-	if (op->src->xf != US_XF_NONE || op->count > 1)
-		return -EAGAIN;
+	if (op->src->xf != US_XF_NONE || op->count > 1) {
+		ctx->segs->overflow = true; /* the executor's work */
+		return 1;
+	}
+	/* finalize: the run lies inside its file, so the kernel's splice of
+	 * it is never short (a short reply would be served as EOF) */
+	assert(op->src->file < ctx->sd->nfiles);
+	assert(op->src_off + op->len <= (uint64_t)f->size);
 	/* As in the CPU executor: a changed file answers EIO. */
 	if (ctx->checked != (int32_t)op->src->file) {
-		rc = us_file_check(f);
-		if (rc < 0)
-			return rc;
+		ctx->rc = us_file_check(f);
+		if (ctx->rc != US_OK)
+			return 1;
 		ctx->checked = (int32_t)op->src->file;
 	}
 	add_fd(ctx->segs, f->fd, op->src_off, op->len);
-	return ctx->segs->overflow ? -EAGAIN : 0;
+	return ctx->segs->overflow;
 }
 
 /*
@@ -89,6 +96,7 @@ static int sources_emit(void *vctx, const struct us_copy_op *op)
 
 	if (op->src->xf != US_XF_NONE)
 		return 0; /* offsets in a decoded item, not in the file */
+	assert(op->src->file < ctx->sd->nfiles); /* finalize */
 	if (last && last->fd == fd && off >= last->off &&
 	    off <= last->off + last->len) {
 		if (end > last->off + last->len)
@@ -105,9 +113,11 @@ static int sources_emit(void *vctx, const struct us_copy_op *op)
 }
 
 /* The sources of bytes [@off, @off + @len) of @t; a cast tensor's come
- * from whole stored elements: plan those. */
-static int tensor_sources(const struct us_tensor *t, struct map_ctx *ctx,
-			  uint64_t len, uint64_t off)
+ * from whole stored elements: plan those.  Only a gap in the chunks
+ * (plan.h: never after us_sd_finalize) makes it fail. */
+static enum us_status tensor_sources(const struct us_tensor *t,
+				     struct map_ctx *ctx, uint64_t len,
+				     uint64_t off)
 {
 	struct us_tensor s = *t;
 
@@ -119,17 +129,22 @@ static int tensor_sources(const struct us_tensor *t, struct map_ctx *ctx,
 		off = e0 * (us_dtype_bits(s.dtype) / 8);
 		len = (e1 - e0) * (us_dtype_bits(s.dtype) / 8);
 	}
-	return us_plan_range(&s, off, len, sources_emit, ctx) < 0 ? -EIO : 0;
+	return us_plan_range(&s, off, len, sources_emit, ctx) < 0 ? US_E_IO : US_OK;
 }
 
-int us_tensor_map(const struct us_statedict *sd, const struct us_tensor *t,
-		  struct us_segs *segs, uint64_t len, uint64_t off)
+enum us_status us_tensor_map(const struct us_statedict *sd,
+			     const struct us_tensor *t, struct us_segs *segs,
+			     uint64_t len, uint64_t off)
 {
 	struct map_ctx ctx = { .sd = sd, .segs = segs, .checked = -1 };
 
 	if (segs->sources)
 		return tensor_sources(t, &ctx, len, off);
-	if (us_tensor_is_cast(t))
-		return -EAGAIN;
-	return us_plan_range(t, off, len, map_emit, &ctx);
+	if (us_tensor_is_cast(t)) {
+		segs->overflow = true;
+		return US_OK;
+	}
+	if (us_plan_range(t, off, len, map_emit, &ctx) < 0)
+		return US_E_IO; /* a gap in the chunks (plan.h) */
+	return ctx.rc;
 }

@@ -1,8 +1,14 @@
-/* plan.c - byte range -> copy operations, for any chunk grid and strides. */
+/*
+ * plan.c - byte range -> copy operations, for any chunk grid and strides.
+ *
+ * No bound is checked here: us_sd_finalize refused at mount every tensor
+ * whose chunks leave its box, overlap, miss an element, or whose extents
+ * overflow or leave their file (model.h).  What the arithmetic below
+ * relies on from that is asserted where it is relied on.
+ */
 #include "plan.h"
 
 #include <assert.h>
-#include <errno.h>
 #include <string.h>
 
 /* Which chunk holds element @idx.  @hint (the last hit) is tried first:
@@ -33,8 +39,10 @@ static uint64_t src_stride(const struct us_tensor *t, const struct us_chunk *c,
 {
 	uint64_t s = 1;
 
-	if (c->src.strides)
+	if (c->src.strides) {
+		assert(c->src.strides[k] >= 0); /* finalize: extent_end */
 		return (uint64_t)c->src.strides[k];
+	}
 	for (uint32_t j = k + 1; j < t->ndim; j++)
 		s *= c->sizes[j];
 	return s;
@@ -56,6 +64,9 @@ static uint64_t run_length(const struct us_tensor *t, const struct us_chunk *c,
 	while (k-- > 0) {
 		uint64_t rem = c->offsets[k] + c->sizes[k] - idx[k];
 
+		/* the box inside the tensor, @idx inside the box (find_chunk) */
+		assert(c->offsets[k] + c->sizes[k] <= t->shape[k]);
+		assert(idx[k] >= c->offsets[k] && rem > 0);
 		if (c->sizes[k] > 1 && src_stride(t, c, k) != expect)
 			return inner - pos;
 		if (k == 0 || c->sizes[k] != t->shape[k])
@@ -72,6 +83,8 @@ static uint64_t src_offset(const struct us_tensor *t, const struct us_chunk *c,
 {
 	uint64_t el = 0;
 
+	/* No overflow: the chunk's last element is inside its file (finalize:
+	 * extent_end), and @idx is inside the chunk. */
 	for (uint32_t k = 0; k < t->ndim; k++)
 		el += (idx[k] - c->offsets[k]) * src_stride(t, c, k);
 	return c->src.offset + el * isz;
@@ -83,10 +96,13 @@ static void chunk_span(const struct us_tensor *t, const struct us_chunk *c,
 {
 	uint64_t last = 0;
 
-	for (uint32_t k = 0; k < t->ndim; k++)
+	for (uint32_t k = 0; k < t->ndim; k++) {
+		assert(c->sizes[k] > 0); /* an empty chunk holds no element */
 		last += (c->sizes[k] - 1) * src_stride(t, c, k);
+	}
 	*off = c->src.offset;
 	*len = (last + 1) * isz;
+	assert(*len / isz == last + 1 && *off + *len >= *off);
 }
 
 /*
@@ -148,10 +164,14 @@ int us_plan_range(const struct us_tensor *t, uint64_t off, uint64_t len,
 	assert(off <= t->nbytes && len <= t->nbytes - off);
 	if (len == 0)
 		return 0;
+	assert(t->nchunks > 0); /* finalize: the chunks cover numel > 0 */
 	if (is_whole_contiguous(t))
 		return plan_whole(t, off, len, emit, ctx);
 	isz = us_dtype_bits(t->dtype) / 8;
 	assert(isz > 0); /* sub-byte tensors are always whole (model.c) */
+	/* nbytes = numel * isz did not overflow (us_nbytes), so neither does
+	 * any p * isz below. */
+	assert(t->nbytes / isz == t->numel && t->nbytes % isz == 0);
 	end = off + len;
 	for (p = off / isz; p * isz < end;) {
 		const struct us_chunk *c;
@@ -161,9 +181,9 @@ int us_plan_range(const struct us_tensor *t, uint64_t off, uint64_t len,
 
 		unravel(t, p, idx);
 		c = find_chunk(t, idx, &hint);
-		assert(c);
+		assert(c); /* us_sd_finalize: the chunks tile the tensor */
 		if (!c)
-			return -EIO;
+			return -1;
 		run = run_length(t, c, idx);
 		memset(&op, 0, sizeof(op));
 		op.src = &c->src;

@@ -35,13 +35,13 @@ struct us_copy_op {
 	uint64_t span_off, span_len;
 };
 
-/* Called for every op in output order; a non-zero return stops the plan. */
+/* Called for every op in output order; a return > 0 stops the plan. */
 typedef int (*us_plan_emit_fn)(void *ctx, const struct us_copy_op *op);
 
 /*
  * us_plan_range - plan bytes [@off, @off + @len) of @t (clamped by the
  * caller to t->nbytes).  Returns 0, the first non-zero value of @emit, or
- * -EIO if the tensor's chunks do not cover an element (cannot happen after
+ * -1 if the tensor's chunks do not cover an element (cannot happen after
  * us_sd_finalize; asserted in debug builds).
  */
 int us_plan_range(const struct us_tensor *t, uint64_t off, uint64_t len,

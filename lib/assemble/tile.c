@@ -10,15 +10,16 @@
  * an item at the same offset, whatever a hostile checkpoint declares. */
 #define TILE_KEY_BIT (1ull << 63)
 
-void us_tile_begin(struct us_tile_state *st)
+void us_tile_begin(struct us_tile_state *st, struct us_cache *cache)
 {
+	st->cache = cache;
 	st->pinned = NULL;
 }
 
 void us_tile_end(struct us_tile_state *st)
 {
 	if (st->pinned)
-		us_cache_put(us_cache_global(), st->pinned);
+		us_cache_put(st->cache, st->pinned);
 	st->pinned = NULL;
 }
 
@@ -35,22 +36,22 @@ struct span {
 	uint64_t off;
 };
 
-static int read_span(void *ctx, void *buf, size_t len)
+static enum us_status read_span(void *ctx, void *buf, size_t len)
 {
 	const struct span *sp = ctx;
 
-	return us_pread_full(sp->f->fd, buf, len, sp->off);
+	return us_pread_exact(sp->f->fd, buf, len, sp->off);
 }
 
 const unsigned char *us_tile_get(struct us_tile_state *st,
 				 const struct us_file *f, uint32_t file,
-				 uint64_t off, uint64_t len, int *rc)
+				 uint64_t off, uint64_t len, enum us_status *rc)
 {
 	struct us_cache_key key = { .file = file, .item_off = off | TILE_KEY_BIT };
-	struct us_cache *c = us_cache_global();
+	struct us_cache *c = st->cache;
 	struct us_cache_entry *e;
 
-	*rc = 0;
+	*rc = US_OK;
 	if (holds(st, key, len))
 		return us_cache_buf(st->pinned);
 	us_tile_end(st);

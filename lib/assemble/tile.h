@@ -17,22 +17,23 @@
 
 /* What one read holds between its strided rows: the span it last used. */
 struct us_tile_state {
+	struct us_cache *cache; /* the assembler's */
 	struct us_cache_key key;
 	struct us_cache_entry *pinned;
 };
 
-void us_tile_begin(struct us_tile_state *st);
+void us_tile_begin(struct us_tile_state *st, struct us_cache *cache);
 
 /*
  * us_tile_get - bytes [@off, @off + @len) of file @f (index @file), read
  * once and held in the cache; valid until us_tile_end or the next call.
  * NULL when they cannot be held (larger than the cache, or memory short):
  * the caller then reads the rows another way (exec_cpu.c); *@rc is then
- * 0, or a negative errno when the file could not be read.
+ * US_OK, or US_E_IO when the file could not be read.
  */
 const unsigned char *us_tile_get(struct us_tile_state *st,
 				 const struct us_file *f, uint32_t file,
-				 uint64_t off, uint64_t len, int *rc);
+				 uint64_t off, uint64_t len, enum us_status *rc);
 
 /* us_tile_end - release the span @st holds. */
 void us_tile_end(struct us_tile_state *st);

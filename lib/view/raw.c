@@ -9,7 +9,6 @@
  */
 #include "view.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,14 +23,15 @@ const char us_raw_xattr_list[] = US_XATTR_DTYPE "\0" US_XATTR_SHAPE "\0"
 				 US_XATTR_SOURCE;
 const size_t us_raw_xattr_list_len = sizeof(us_raw_xattr_list);
 
-static int raw_read(const struct us_view *v, char *buf, size_t len,
-		    uint64_t off)
+static enum us_status raw_read(struct us_assembler *as,
+			       const struct us_view *v, char *buf, size_t len,
+			       uint64_t off)
 {
-	return us_tensor_read(v->sd, v->priv, buf, len, off);
+	return us_tensor_read(as, v->sd, v->priv, buf, len, off);
 }
 
-static int raw_map(const struct us_view *v, struct us_segs *segs, size_t len,
-		   uint64_t off)
+static enum us_status raw_map(const struct us_view *v, struct us_segs *segs,
+			      size_t len, uint64_t off)
 {
 	return us_tensor_map(v->sd, v->priv, segs, len, off);
 }
@@ -149,13 +149,13 @@ static void put_source(struct us_sbuf *b, const struct us_statedict *sd,
 	}
 }
 
-int us_view_raw_xattr(const struct us_view *v, const char *name,
-		      struct us_sbuf *b)
+enum us_status us_view_raw_xattr(const struct us_view *v, const char *name,
+				 struct us_sbuf *b)
 {
 	const struct us_tensor *t = us_view_raw_tensor(v);
 
 	if (!t)
-		return -ENODATA;
+		return US_E_USAGE;
 	if (strcmp(name, US_XATTR_DTYPE) == 0)
 		us_sbuf_puts(b, us_dtype_name(t->dtype));
 	else if (strcmp(name, US_XATTR_SHAPE) == 0)
@@ -163,6 +163,6 @@ int us_view_raw_xattr(const struct us_view *v, const char *name,
 	else if (strcmp(name, US_XATTR_SOURCE) == 0)
 		put_source(b, v->sd, t);
 	else
-		return -ENODATA;
-	return b->oom ? -ENOMEM : 0;
+		return US_E_USAGE;
+	return b->oom ? US_E_NOMEM : US_OK;
 }

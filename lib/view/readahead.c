@@ -187,12 +187,13 @@ void us_readahead_after(struct us_readahead *ra, const struct us_view *v,
 	struct us_seg segv[SEGS];
 	struct us_segs segs = { .v = segv, .cap = SEGS, .sources = true };
 	uint64_t w;
+	size_t n;
 
 	if (!ra || (w = seq_window(ra, v, off, len)) == 0)
 		return;
 	/* The first SEGS source runs of the window, casts and gathers
 	 * included (assemble.h, us_segs.sources). */
-	us_view_map(v, &segs, (size_t)w, off + len);
+	(void)us_view_map(v, &segs, (size_t)w, off + len, &n); /* what it listed */
 	for (size_t i = 0; i < segs.n; i++)
 		if (segv[i].fd >= 0)
 			stream_fill(ra, segv[i].fd, segv[i].off, segv[i].len);

@@ -137,19 +137,20 @@ static size_t first_tensor_after(const struct st_view *sv, uint64_t pos)
 }
 
 /* Hand [@off, @off + @len) to @k: the header part, then each tensor's. */
-static int st_walk(const struct us_view *v, struct us_view_sink *k, size_t len,
-		   uint64_t off)
+static enum us_status st_walk(const struct us_view *v,
+			      struct us_view_sink *k, size_t len,
+			      uint64_t off)
 {
 	const struct st_view *sv = v->priv;
 	uint64_t pos, end;
-	int rc;
+	enum us_status rc;
 
 	if (off < sv->data_start) {
 		size_t n = (size_t)(sv->data_start - off);
 
 		n = n < len ? n : len;
 		rc = us_sink_mem(k, sv->header + off, n);
-		if (rc < 0)
+		if (rc != US_OK || us_sink_stopped(k))
 			return rc;
 		len -= n;
 		off += n;
@@ -163,23 +164,25 @@ static int st_walk(const struct us_view *v, struct us_view_sink *k, size_t len,
 
 		n = n < end - pos ? n : end - pos;
 		rc = us_sink_tensor(k, t, n, toff);
-		if (rc < 0)
+		if (rc != US_OK || us_sink_stopped(k))
 			return rc;
 		pos += n;
 	}
-	return 0;
+	return US_OK;
 }
 
-static int st_view_read(const struct us_view *v, char *buf, size_t len,
-			uint64_t off)
+static enum us_status st_view_read(struct us_assembler *as,
+				   const struct us_view *v, char *buf,
+				   size_t len, uint64_t off)
 {
-	struct us_view_sink k = { .sd = v->sd, .buf = buf };
+	struct us_view_sink k = { .sd = v->sd, .as = as, .buf = buf };
 
 	return st_walk(v, &k, len, off);
 }
 
-static int st_view_map(const struct us_view *v, struct us_segs *segs,
-		       size_t len, uint64_t off)
+static enum us_status st_view_map(const struct us_view *v,
+				  struct us_segs *segs, size_t len,
+				  uint64_t off)
 {
 	struct us_view_sink k = { .sd = v->sd, .segs = segs };
 

@@ -4,11 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int text_read(const struct us_view *v, char *buf, size_t len,
-		     uint64_t off)
+static enum us_status text_read(struct us_assembler *as,
+				const struct us_view *v, char *buf, size_t len,
+				uint64_t off)
 {
+	(void)as; /* no tensor in it */
 	memcpy(buf, (const char *)v->priv + off, len);
-	return 0;
+	return US_OK;
 }
 
 static void text_destroy(struct us_view *v)

@@ -285,8 +285,9 @@ static enum us_status build_archive(struct tz_view *tv,
 }
 
 /* Hand [@off, @off + @len) to @k, segment by segment of the archive. */
-static int tz_walk(const struct us_view *v, struct us_view_sink *k,
-		   size_t len, uint64_t off)
+static enum us_status tz_walk(const struct us_view *v,
+			      struct us_view_sink *k, size_t len,
+			      uint64_t off)
 {
 	const struct tz_view *tv = v->priv;
 	size_t i = us_zipw_find(&tv->z, off);
@@ -295,7 +296,7 @@ static int tz_walk(const struct us_view *v, struct us_view_sink *k,
 		const struct us_zipw_seg *s;
 		uint64_t in;
 		uint64_t n;
-		int rc;
+		enum us_status rc;
 
 		/* The segments tile [0, size) and reads are clamped to it. */
 		assert(i < tv->z.nsegs);
@@ -304,24 +305,25 @@ static int tz_walk(const struct us_view *v, struct us_view_sink *k,
 		n = s->len - in < len ? s->len - in : len;
 		rc = s->ext ? us_sink_tensor(k, &v->sd->tensors[s->src], n, in)
 			    : us_sink_mem(k, tv->z.meta.p + s->src + in, n);
-		if (rc < 0)
+		if (rc != US_OK || us_sink_stopped(k))
 			return rc;
 		len -= n;
 		off += n;
 	}
-	return 0;
+	return US_OK;
 }
 
-static int tz_read(const struct us_view *v, char *buf, size_t len,
-		   uint64_t off)
+static enum us_status tz_read(struct us_assembler *as,
+			      const struct us_view *v, char *buf, size_t len,
+			      uint64_t off)
 {
-	struct us_view_sink k = { .sd = v->sd, .buf = buf };
+	struct us_view_sink k = { .sd = v->sd, .as = as, .buf = buf };
 
 	return tz_walk(v, &k, len, off);
 }
 
-static int tz_map(const struct us_view *v, struct us_segs *segs, size_t len,
-		  uint64_t off)
+static enum us_status tz_map(const struct us_view *v, struct us_segs *segs,
+			     size_t len, uint64_t off)
 {
 	struct us_view_sink k = { .sd = v->sd, .segs = segs };
 

@@ -1,60 +1,75 @@
-/* view.c - what every view shares: clamping reads to the file size. */
+/* view.c - what every view shares: clamping reads to the file size, and
+ * the sinks that walks hand their parts to. */
 #include "view.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-long long us_view_read(const struct us_view *v, char *buf, size_t len,
-		       uint64_t off)
+/* Clamp [@off, @off + *@len) to @v's size; false when nothing is left. */
+static bool clamp(const struct us_view *v, size_t *len, uint64_t off)
 {
-	int rc;
-
 	if (off >= v->size)
-		return 0;
-	if (len > v->size - off)
-		len = (size_t)(v->size - off);
-	rc = v->ops->read(v, buf, len, off);
-	return rc < 0 ? rc : (long long)len;
+		return false;
+	if (*len > v->size - off)
+		*len = (size_t)(v->size - off);
+	return true;
 }
 
-long long us_view_map(const struct us_view *v, struct us_segs *segs,
-		      size_t len, uint64_t off)
+enum us_status us_view_read(struct us_assembler *as, const struct us_view *v,
+			    char *buf, size_t len, uint64_t off,
+			    size_t *nread)
 {
-	int rc;
+	enum us_status rc;
 
-	if (!v->ops->map)
-		return -EAGAIN;
-	if (off >= v->size)
-		return 0;
-	if (len > v->size - off)
-		len = (size_t)(v->size - off);
+	*nread = 0;
+	if (!clamp(v, &len, off))
+		return US_OK;
+	rc = v->ops->read(as, v, buf, len, off);
+	if (rc == US_OK)
+		*nread = len;
+	return rc;
+}
+
+enum us_status us_view_map(const struct us_view *v, struct us_segs *segs,
+			   size_t len, uint64_t off, size_t *nmapped)
+{
+	enum us_status rc;
+
+	*nmapped = 0;
 	segs->n = 0;
 	segs->nshort = 0;
 	segs->overflow = false;
+	if (!v->ops->map) {
+		segs->overflow = true; /* nothing to describe it with */
+		return US_OK;
+	}
+	if (!clamp(v, &len, off))
+		return US_OK;
 	rc = v->ops->map(v, segs, len, off);
-	return rc < 0 ? rc : (long long)len;
+	if (rc == US_OK && !segs->overflow)
+		*nmapped = len;
+	return rc;
 }
 
-int us_sink_mem(struct us_view_sink *k, const void *p, size_t n)
+enum us_status us_sink_mem(struct us_view_sink *k, const void *p, size_t n)
 {
 	if (k->segs) {
 		us_segs_add_mem(k->segs, p, n);
-		return k->segs->overflow ? -EAGAIN : 0;
+		return US_OK;
 	}
 	memcpy(k->buf, p, n);
 	k->buf += n;
-	return 0;
+	return US_OK;
 }
 
-int us_sink_tensor(struct us_view_sink *k, const struct us_tensor *t,
-		   uint64_t n, uint64_t toff)
+enum us_status us_sink_tensor(struct us_view_sink *k, const struct us_tensor *t,
+			      uint64_t n, uint64_t toff)
 {
-	int rc;
+	enum us_status rc;
 
 	if (k->segs)
 		return us_tensor_map(k->sd, t, k->segs, n, toff);
-	rc = us_tensor_read(k->sd, t, k->buf, n, toff);
+	rc = us_tensor_read(k->as, k->sd, t, k->buf, n, toff);
 	k->buf += n;
 	return rc;
 }

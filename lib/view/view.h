@@ -3,11 +3,15 @@
  *
  * A view knows its size (and any header) at mount, from metadata alone, and
  * maps a byte range of itself to tensor ranges that the assembly engine
- * fills.  Views know nothing of FUSE: the daemon only asks for size and bytes.
+ * fills, through the assembler the reader passes (assemble.h): a view holds
+ * no cache and no device of its own.  Views know nothing of FUSE: the
+ * daemon only asks for size and bytes.  Every read-path function returns an
+ * enum us_status (US_OK, US_E_IO, US_E_NOMEM); errnos are the daemon's.
  */
 #ifndef US_VIEW_H
 #define US_VIEW_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,16 +22,16 @@
 struct us_view;
 
 struct us_view_ops {
-	/* Fill @buf with [@off, @off + @len), already clamped to the size.
-	 * Returns 0 or a negative errno. */
-	int (*read)(const struct us_view *v, char *buf, size_t len,
-		    uint64_t off);
+	/* Fill @buf with [@off, @off + @len), already clamped to the size,
+	 * reading tensors through @as. */
+	enum us_status (*read)(struct us_assembler *as, const struct us_view *v,
+			       char *buf, size_t len, uint64_t off);
 	void (*destroy)(struct us_view *v);
 	/* Optional: describe [@off, @off + @len) as segments (assemble.h,
-	 * us_tensor_map) instead of filling a buffer.  0, -EAGAIN when the
-	 * range must be read, or a negative errno. */
-	int (*map)(const struct us_view *v, struct us_segs *segs, size_t len,
-		   uint64_t off);
+	 * us_tensor_map) instead of filling a buffer; segs->overflow set when
+	 * the range must be read instead. */
+	enum us_status (*map)(const struct us_view *v, struct us_segs *segs,
+			      size_t len, uint64_t off);
 };
 
 struct us_view {
@@ -39,38 +43,46 @@ struct us_view {
 };
 
 /*
- * us_view_read - read up to @len bytes at @off.  Returns the number of bytes
- * (0 at or past the end), or a negative errno.
+ * us_view_read - read up to @len bytes at @off, tensors through @as; *@nread
+ * receives the number of bytes (0 at or past the end).  US_OK, or the
+ * status of the first part that failed (*@nread is then 0).
  */
-long long us_view_read(const struct us_view *v, char *buf, size_t len,
-		       uint64_t off);
+enum us_status us_view_read(struct us_assembler *as, const struct us_view *v,
+			    char *buf, size_t len, uint64_t off,
+			    size_t *nread);
 void us_view_free(struct us_view *v);
 
 /*
  * us_view_map - describe up to @len bytes at @off as segments of memory and
- * source files, for a zero-copy reply.  Returns the number of bytes
- * described (0 at or past the end), -EAGAIN when the view or the range
- * cannot be described (read it with us_view_read), or a negative errno.
+ * source files, for a zero-copy reply; *@nmapped receives the number of
+ * bytes described (0 at or past the end).  When the view or the range
+ * cannot be described, segs->overflow is set: read it with us_view_read.
+ * US_OK, or US_E_IO when a source file changed since mount.
  */
-long long us_view_map(const struct us_view *v, struct us_segs *segs,
-		      size_t len, uint64_t off);
+enum us_status us_view_map(const struct us_view *v, struct us_segs *segs,
+			   size_t len, uint64_t off, size_t *nmapped);
 
 /*
  * For renderers: where the parts of a range go.  A view lays its range out
  * as parts, memory it owns or a range of a tensor, and hands each to a
  * sink, which copies it into @buf (read) or records it as segments (map),
- * so one walk serves both.  Both return 0 or a negative errno (-EAGAIN
- * when a part cannot be mapped).
+ * so one walk serves both.  A walk stops at the first part that fails or
+ * once us_sink_stopped (a map that cannot go on: segs->overflow).
  */
 struct us_view_sink {
 	const struct us_statedict *sd;
-	char *buf;            /* read: where the next bytes go */
-	struct us_segs *segs; /* map: where the next segments go */
+	struct us_assembler *as; /* read: where tensor bytes come from */
+	char *buf;               /* read: where the next bytes go */
+	struct us_segs *segs;    /* map: where the next segments go */
 };
 
-int us_sink_mem(struct us_view_sink *k, const void *p, size_t n);
-int us_sink_tensor(struct us_view_sink *k, const struct us_tensor *t,
-		   uint64_t n, uint64_t toff);
+enum us_status us_sink_mem(struct us_view_sink *k, const void *p, size_t n);
+enum us_status us_sink_tensor(struct us_view_sink *k, const struct us_tensor *t,
+			      uint64_t n, uint64_t toff);
+static inline bool us_sink_stopped(const struct us_view_sink *k)
+{
+	return k->segs && k->segs->overflow;
+}
 
 /* model.safetensors: the whole state dict as one safetensors file. */
 enum us_status us_view_safetensors_new(const struct us_statedict *sd,
@@ -166,9 +178,9 @@ extern const char us_raw_xattr_list[];
 extern const size_t us_raw_xattr_list_len;
 
 /* us_view_raw_xattr - append the value of xattr @name of raw view @v to @b
- * (no NUL).  0, -ENODATA for an unknown name or a view that is not raw, or
- * -ENOMEM. */
-int us_view_raw_xattr(const struct us_view *v, const char *name,
-		      struct us_sbuf *b);
+ * (no NUL).  US_OK; US_E_USAGE for an unknown name or a view that is not
+ * raw (the daemon answers ENODATA); US_E_NOMEM. */
+enum us_status us_view_raw_xattr(const struct us_view *v, const char *name,
+				 struct us_sbuf *b);
 
 #endif /* US_VIEW_H */

@@ -53,14 +53,21 @@ static inline void fuzz_memfd_path(const void *data, size_t size,
 	snprintf(path, len, "/proc/self/fd/%d", fd);
 }
 
-/* Read a whole view back in 64 KiB steps; it must never fail. */
+/* Read a whole view back in 64 KiB steps; it must never fail.  A fresh
+ * assembler each time: its cache names files by index, and every input is
+ * a new file table. */
 static inline void fuzz_read_view(struct us_view *v)
 {
 	static char buf[1 << 16];
+	struct us_assembler *as;
+	size_t n;
 
+	if (us_assembler_new(NULL, &as, NULL) != US_OK)
+		abort();
 	for (uint64_t off = 0; off < v->size; off += sizeof(buf))
-		if (us_view_read(v, buf, sizeof(buf), off) < 0)
+		if (us_view_read(as, v, buf, sizeof(buf), off, &n) != US_OK)
 			abort(); /* validated at mount: reads cannot fail */
+	us_assembler_free(as);
 	us_view_free(v);
 }
 

@@ -17,6 +17,7 @@
 #include <zstd.h>
 
 #include "assemble/assemble.h"
+#include "assemble/assembler.h" /* as->cache, for its accounting */
 #include "assemble/cache.h"
 #include "codec/crc32.h"
 #include "codec/zipdesc.h"
@@ -231,6 +232,18 @@ static void test_threads(void)
 
 /* ---- zstd items through us_tensor_read --------------------------------------- */
 
+/* The assembler the zstd tests read through, remade for each cache size. */
+static struct us_assembler *as;
+
+static bool use_cache(uint64_t capacity)
+{
+	struct us_assembler_opts o = { .cache_size = capacity };
+
+	us_assembler_free(as);
+	as = NULL;
+	return us_assembler_new(&o, &as, NULL) == US_OK;
+}
+
 #define ROWS 96
 #define COLS 160
 #define HEAD 100 /* decoded bytes before the tensor, like a zip head */
@@ -355,7 +368,7 @@ static int32_t expect_at(uint64_t byte)
 static bool range_ok(const struct zfix *z, uint64_t off, uint64_t len)
 {
 	unsigned char *buf = malloc(len ? len : 1);
-	bool ok = buf && us_tensor_read(z->sd, z->t, buf, len, off) == 0;
+	bool ok = buf && us_tensor_read(as, z->sd, z->t, buf, len, off) == 0;
 
 	for (uint64_t b = off; ok && b < off + len; b++) {
 		int32_t v = expect_at(b);
@@ -390,12 +403,12 @@ static void test_zstd_cached_and_streamed(void)
 		struct zfix z;
 
 		CHECK(zfix_make(&z, transpose, false, 0, 0, false));
-		CHECK(us_assemble_init(256u << 20) == 0); /* whole item cached */
+		CHECK(use_cache(256u << 20)); /* whole item cached */
 		CHECK(read_patterns(&z));
-		CHECK(us_cache_count(us_cache_global()) == 1);
-		CHECK(us_assemble_init(1024) == 0); /* larger than the cache */
+		CHECK(us_cache_count(as->cache) == 1);
+		CHECK(use_cache(1024)); /* larger than the cache */
 		CHECK(read_patterns(&z));
-		CHECK(us_cache_used(us_cache_global()) == 0);
+		CHECK(us_cache_used(as->cache) == 0);
 		zfix_free(&z);
 	}
 }
@@ -419,10 +432,10 @@ static void test_zstd_eio(void)
 
 			CHECK(zfix_make(&z, false, bad[b].corrupt, bad[b].cut,
 					bad[b].extra, bad[b].flip));
-			CHECK(us_assemble_init(sizes[s]) == 0);
-			CHECK(us_tensor_read(z.sd, z.t, buf, sizeof(buf), 0) == -EIO);
-			CHECK(us_tensor_read(z.sd, z.t, buf, sizeof(buf),
-					     NBYTES - sizeof(buf)) == -EIO);
+			CHECK(use_cache(sizes[s]));
+			CHECK(us_tensor_read(as, z.sd, z.t, buf, sizeof(buf), 0) == US_E_IO);
+			CHECK(us_tensor_read(as, z.sd, z.t, buf, sizeof(buf),
+					     NBYTES - sizeof(buf)) == US_E_IO);
 			zfix_free(&z);
 		}
 	}
@@ -437,11 +450,11 @@ static void test_zstd_file_changed(void)
 	struct zfix z;
 
 	CHECK(zfix_make(&z, false, false, 0, 0, false));
-	CHECK(us_assemble_init(256u << 20) == 0);
-	CHECK(us_tensor_read(z.sd, z.t, buf, sizeof(buf), 0) == 0);
+	CHECK(use_cache(256u << 20));
+	CHECK(us_tensor_read(as, z.sd, z.t, buf, sizeof(buf), 0) == 0);
 	snprintf(path, sizeof(path), "%s/__0_0.distcp", z.dir);
 	CHECK(utimensat(AT_FDCWD, path, ts, 0) == 0);
-	CHECK(us_tensor_read(z.sd, z.t, buf, sizeof(buf), 0) == -EIO);
+	CHECK(us_tensor_read(as, z.sd, z.t, buf, sizeof(buf), 0) == US_E_IO);
 	zfix_free(&z);
 }
 
@@ -476,7 +489,7 @@ static void test_zstd_threads(void)
 		struct zfix z;
 
 		CHECK(zfix_make(&z, s == 1, false, 0, 0, false));
-		CHECK(us_assemble_init(sizes[s]) == 0);
+		CHECK(use_cache(sizes[s]));
 		for (int i = 0; i < 6; i++) {
 			r[i] = (struct reader){ .z = &z, .seed = (unsigned)i + 11 };
 			CHECK(pthread_create(&th[i], NULL, read_worker, &r[i]) == 0);
@@ -518,6 +531,6 @@ int main(void)
 	RUN(test_zstd_eio);
 	RUN(test_zstd_file_changed);
 	RUN(test_zstd_threads);
-	us_assemble_init(0);
+	us_assembler_free(as);
 	TEST_MAIN_END();
 }

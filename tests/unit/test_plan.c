@@ -18,6 +18,19 @@
 /* The "file": chunk data laid out at the offsets the extents name. */
 static unsigned char src_mem[1 << 16];
 
+/* What the executor tests read through: the default one, or one remade
+ * with another cache size (use_cache). */
+static struct us_assembler *as;
+
+static bool use_cache(uint64_t capacity)
+{
+	struct us_assembler_opts o = { .cache_size = capacity };
+
+	us_assembler_free(as);
+	as = NULL;
+	return us_assembler_new(&o, &as, NULL) == US_OK;
+}
+
 struct sink {
 	unsigned char *out;
 	int nops;
@@ -217,7 +230,7 @@ static int segs_equal(const struct us_seg *v, size_t n, const unsigned char *wan
 
 /*
  * The zero-copy executor (map.c) on every range: either it declines
- * (-EAGAIN: short runs of a gather) or its segments hold exactly the bytes.
+ * (overflow: short runs of a gather) or its segments hold exactly the bytes.
  * Returns the number of wrong answers.
  */
 static int map_all_ranges(const struct us_statedict *sd,
@@ -229,10 +242,10 @@ static int map_all_ranges(const struct us_statedict *sd,
 	for (uint64_t off = 0; off <= t->nbytes; off += 5) {
 		for (uint64_t len = 1; off + len <= t->nbytes; len += 11) {
 			struct us_segs segs = { .v = v, .cap = 8 };
-			int rc = us_tensor_map(sd, t, &segs, len, off);
+			enum us_status rc = us_tensor_map(sd, t, &segs, len, off);
 
-			if (rc == 0 ? segs_equal(v, segs.n, expect + off) != 0
-				    : rc != -EAGAIN)
+			if (rc != US_OK ||
+			    (!segs.overflow && segs_equal(v, segs.n, expect + off) != 0))
 				bad++;
 		}
 	}
@@ -271,7 +284,7 @@ static void exec_all_ranges(bool transpose)
 	for (uint64_t off = 0; off <= t->nbytes; off += 5) {
 		for (uint64_t len = 0; off + len <= t->nbytes; len += 11) {
 			memset(got, 0xEE, len + 1);
-			if (us_tensor_read(sd, t, got, len, off) != 0 ||
+			if (us_tensor_read(as, sd, t, got, len, off) != US_OK ||
 			    memcmp(got, expect + off, len) != 0 || got[len] != 0xEE)
 				bad++;
 		}
@@ -300,9 +313,9 @@ static void test_exec_gather_transposed(void)
  * rows are served element by element: the same bytes. */
 static void test_exec_transposed_uncached(void)
 {
-	CHECK(us_assemble_init(16) == 0);
+	CHECK(use_cache(16));
 	exec_all_ranges(true);
-	CHECK(us_assemble_init(256u << 20) == 0);
+	CHECK(use_cache(256u << 20));
 }
 
 /*
@@ -336,16 +349,18 @@ static void test_map_segments(void)
 	t->chunks[0].src.file = t->chunks[1].src.file = idx;
 	t->chunks[0].src.offset = 0;
 	t->chunks[1].src.offset = 32768;
-	CHECK(us_tensor_map(sd, t, &segs, t->nbytes, 0) == 0 && segs.n == 1 &&
+	CHECK(us_tensor_map(sd, t, &segs, t->nbytes, 0) == US_OK &&
+	      !segs.overflow && segs.n == 1 &&
 	      v[0].len == t->nbytes && v[0].off == 0);
 	t->chunks[1].src.offset = 32768 + 100;
 	segs.n = 0;
-	CHECK(us_tensor_map(sd, t, &segs, 40000, 100) == 0 && segs.n == 2 &&
+	CHECK(us_tensor_map(sd, t, &segs, 40000, 100) == US_OK &&
+	      !segs.overflow && segs.n == 2 &&
 	      v[0].off == 100 && v[0].len == 32668 && v[1].off == 32868 &&
 	      v[1].len == 40000 - 32668);
 	t->dtype = US_DT_F16; /* a cast view of the stored i32... */
 	segs.n = 0;
-	CHECK(us_tensor_map(sd, t, &segs, 64, 0) == -EAGAIN);
+	CHECK(us_tensor_map(sd, t, &segs, 64, 0) == US_OK && segs.overflow);
 	t->dtype = US_DT_I32;
 out:
 	if (fd >= 0) {
@@ -357,6 +372,7 @@ out:
 
 int main(void)
 {
+	CHECK(use_cache(US_ASSEMBLER_CACHE_DEFAULT));
 	RUN(test_grid);
 	RUN(test_grid_transposed);
 	RUN(test_merge_across_rows);
@@ -365,5 +381,6 @@ int main(void)
 	RUN(test_exec_gather_transposed);
 	RUN(test_exec_transposed_uncached);
 	RUN(test_map_segments);
+	us_assembler_free(as);
 	TEST_MAIN_END();
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "view_read.h"
 #include "source/source.h"
 #include "tmpdir.h"
 #include "view/view.h"
@@ -64,14 +65,14 @@ static void check_bytes(const struct us_view *v, const struct want *w)
 	for (uint64_t off = 0; off <= n; off += (n > 40 ? 13 : 1)) {
 		for (uint64_t len = 0; off + len <= n; len += (n > 40 ? 29 : 1)) {
 			memset(got, 0xEE, sizeof(got));
-			if (us_view_read(v, (char *)got, len, off) != (long long)len ||
+			if (view_read(v, (char *)got, len, off) != (long long)len ||
 			    memcmp(got, expect + off, len) != 0 || got[len] != 0xEE)
 				bad++;
 		}
 	}
 	CHECK(bad == 0);
-	CHECK(us_view_read(v, (char *)got, 8, n) == 0);
-	CHECK(us_view_read(v, (char *)got, sizeof(got), 0) == (long long)n);
+	CHECK(view_read(v, (char *)got, 8, n) == 0);
+	CHECK(view_read(v, (char *)got, sizeof(got), 0) == (long long)n);
 }
 
 static void check_xattr(const struct us_view *v, const char *name,
@@ -171,9 +172,9 @@ static void test_xattr_refusals(void)
 	    us_view_raw_new(sd, us_sd_find(sd, "a"), &v, &err) == US_OK) {
 		us_sbuf_init(&b);
 		CHECK(us_view_raw_tensor(st) == NULL);
-		CHECK(us_view_raw_xattr(st, US_XATTR_DTYPE, &b) == -ENODATA);
-		CHECK(us_view_raw_xattr(v, "user.unshardfs.nope", &b) == -ENODATA);
-		CHECK(us_view_raw_xattr(v, "user.unshardfs", &b) == -ENODATA);
+		CHECK(us_view_raw_xattr(st, US_XATTR_DTYPE, &b) == US_E_USAGE);
+		CHECK(us_view_raw_xattr(v, "user.unshardfs.nope", &b) == US_E_USAGE);
+		CHECK(us_view_raw_xattr(v, "user.unshardfs", &b) == US_E_USAGE);
 		CHECK(b.len == 0);
 		us_sbuf_free(&b);
 	} else {
@@ -229,9 +230,9 @@ static void test_two_chunks(void)
 	CHECK(us_sd_finalize(sd, &err) == US_OK);
 	t = (struct us_tensor *)us_sd_find(sd, "w");
 	if (t && us_view_raw_new(sd, t, &v, &err) == US_OK) {
-		CHECK(us_view_read(v, (char *)got, 16, 0) == 16);
+		CHECK(view_read(v, (char *)got, 16, 0) == 16);
 		CHECK(memcmp(got, f0, 8) == 0 && memcmp(got + 8, f1 + 8, 8) == 0);
-		CHECK(us_view_read(v, (char *)got, 4, 6) == 4);
+		CHECK(view_read(v, (char *)got, 4, 6) == 4);
 		CHECK(got[0] == 6 && got[1] == 7 && got[2] == 108 && got[3] == 109);
 		check_xattr(v, US_XATTR_SOURCE, "__0_0.distcp,__1_0.distcp (2 chunks)");
 		check_xattr(v, US_XATTR_SHAPE, "2,8");

@@ -8,6 +8,7 @@
 
 #include "cjson/cJSON.h"
 #include "harness.h"
+#include "view_read.h"
 #include "source/source.h"
 #include "tmpdir.h"
 #include "view/view.h"
@@ -151,7 +152,7 @@ static void test_view_bytes(void)
 	if (!v)
 		goto out;
 	CHECK(v->size < sizeof(buf));
-	CHECK(us_view_read(v, buf, sizeof(buf), 0) == (long long)v->size);
+	CHECK(view_read(v, buf, sizeof(buf), 0) == (long long)v->size);
 	for (int i = 7; i >= 0; i--)
 		hlen = hlen << 8 | (unsigned char)buf[i];
 	CHECK((8 + hlen) % 8 == 0 && 8 + hlen + 19 == v->size);
@@ -163,8 +164,8 @@ static void test_view_bytes(void)
 	/* a's bytes were source bytes 3..18, b's 0..2 (value = source offset). */
 	CHECK((unsigned char)buf[8 + hlen] == 3 && (unsigned char)buf[8 + hlen + 15] == 18);
 	CHECK((unsigned char)buf[8 + hlen + 16] == 0 && (unsigned char)buf[8 + hlen + 18] == 2);
-	CHECK(us_view_read(v, buf, 5, v->size - 2) == 2);
-	CHECK(us_view_read(v, buf, 5, v->size) == 0);
+	CHECK(view_read(v, buf, 5, v->size - 2) == 2);
+	CHECK(view_read(v, buf, 5, v->size) == 0);
 	cJSON_Delete(h);
 out:
 	us_view_free(v);

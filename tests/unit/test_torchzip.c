@@ -15,6 +15,7 @@
 #include "codec/crc32.h"
 #include "codec/zipw.h"
 #include "harness.h"
+#include "view_read.h"
 #include "source/source.h"
 #include "tmpdir.h"
 #include "view/view.h"
@@ -44,7 +45,7 @@ static uint64_t le(const unsigned char *p, int n)
 
 static bool rd(const struct us_view *v, uint64_t off, void *buf, size_t n)
 {
-	return us_view_read(v, buf, n, off) == (long long)n;
+	return view_read(v, buf, n, off) == (long long)n;
 }
 
 /* The end records: zip64 end, locator, classic end; returns the count. */
@@ -236,7 +237,7 @@ static char *read_all(const struct us_view *v)
 {
 	char *buf = malloc(v->size + 1);
 
-	if (buf && us_view_read(v, buf, v->size, 0) != (long long)v->size) {
+	if (buf && view_read(v, buf, v->size, 0) != (long long)v->size) {
 		free(buf);
 		return NULL;
 	}
@@ -296,7 +297,7 @@ static void check_pieces(const struct us_view *v, const char *whole)
 		uint64_t off = 0;
 
 		while (off < v->size) {
-			long long n = us_view_read(v, buf + off, sizes[s], off);
+			long long n = view_read(v, buf + off, sizes[s], off);
 
 			CHECK(n > 0);
 			if (n <= 0)
@@ -305,7 +306,7 @@ static void check_pieces(const struct us_view *v, const char *whole)
 		}
 		CHECK(memcmp(buf, whole, v->size) == 0);
 	}
-	CHECK(us_view_read(v, buf, 10, v->size) == 0);
+	CHECK(view_read(v, buf, 10, v->size) == 0);
 	free(buf);
 }
 
