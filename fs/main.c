@@ -22,6 +22,7 @@
 
 #include "assemble/assemble.h"
 #include "assemble/cuda.h"
+#include "bdi.h"
 #include "exit_watch.h"
 #include "export.h"
 #include "init_ext.h"
@@ -29,6 +30,7 @@
 #include "msg.h"
 #include "ops.h"
 #include "opts.h"
+#include "pipe.h"
 #include "source/source.h"
 #include "us_config.h"
 #include "view/readahead.h"

@@ -2,10 +2,9 @@
  * tree.h - the inode table of a mount.
  *
  * The tree is built once at mount and never changes, so nodes are never
- * freed while mounted: inode number = index + 1 (FUSE_ROOT_ID is 1).  Lookup
- * counts are still kept honestly (incremented on every entry reply, dropped
- * by forget) so that the discipline holds when later nodes come and go, and
- * so that tests can check it.
+ * freed while mounted: inode number = index + 1 (FUSE_ROOT_ID is 1).  So no
+ * lookup counts are kept: a forget has nothing to free (ops.c).  Should
+ * nodes ever come and go, count lookups then, where they are read.
  *
  * Names and inodes are separate.  A directory holds a sorted array of
  * entries (name -> ino); a node holds what an inode has: kind, size, link
@@ -21,7 +20,6 @@
 
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
@@ -62,7 +60,6 @@ struct us_node {
 		const struct us_view *view;     /* US_NODE_VIEW, US_NODE_TENSOR */
 		const char *relpath;            /* US_NODE_PASSTHROUGH: under srcfd */
 	} u;
-	_Atomic uint64_t nlookup;
 };
 
 struct us_tree {
