@@ -126,7 +126,7 @@ static enum us_status add_views(struct mount_state *m, const struct us_opts *o,
 {
 	const struct us_statedict *opt = m->sd->optim;
 	struct us_view *v;
-	bool bin_only = o->export_cmd && !strcmp(o->view, "bin");
+	bool bin_only = o->export_cmd && o->view == US_EXPORT_BIN;
 
 	if (!bin_only)
 		US_TRY(add_model_views(m, o->max_shard_size, err));
@@ -175,19 +175,16 @@ static void raise_nofile(void)
  * 0.5-0.75 GB/s with a round trip per 1 MiB block, against 1.0-2.9 GB/s for
  * the vectorised CPU casts), so there is no plan to switch on.
  */
-static void set_device(const char *device)
+static void set_device(const struct us_opts *o)
 {
-	if (!strncmp(device, "cuda", 4))
-		us_assemble_set_device(device[4] == ':' ? atoi(device + 5) : 0);
-	else
-		us_assemble_set_device(-1);
+	us_assemble_set_device(o->device == US_DEVICE_CUDA ? o->cuda_index : -1);
 }
 
 /* Read SOURCE and build everything the mount serves.  0 or an exit status. */
 static int prepare(const struct us_opts *o, struct mount_state *m)
 {
 	struct us_source_opts so = {
-		.format = o->format,
+		.format = us_format_names[o->format],
 		.names = { .no_unwrap = o->no_unwrap,
 			   .strip_prefix = o->strip_prefix,
 			   .nstrip = o->nstrip },
@@ -199,17 +196,15 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 	memset(m, 0, sizeof(*m));
 	m->srcfd = -1;
 	raise_nofile();
-	us_ties_mode_parse(o->ties, &so.ties); /* validated by us_opts_parse */
-	so.cast = strcmp(o->dtype, "keep") != 0;
-	so.cast_to = !strcmp(o->dtype, "bf16") ? US_DT_BF16 :
-		     !strcmp(o->dtype, "f16") ? US_DT_F16 : US_DT_F32;
-	so.ds_weights = !strcmp(o->ds_weights, "module") ? US_DS_WEIGHTS_MODULE :
-			US_DS_WEIGHTS_FP32;
+	so.ties = o->ties;
+	so.cast = o->cast;
+	so.cast_to = o->cast_to;
+	so.ds_weights = o->ds_weights;
 	if (us_source_open(o->source, &so, &m->sd, &m->srcfd, &err) != US_OK)
 		return refuse(&err);
 	if (o->inspect)
 		return 0;
-	set_device(o->device);
+	set_device(o);
 	if (us_assemble_init(o->cache_size) < 0) {
 		us_err_set(&err, US_E_NOMEM, ".", "out of memory");
 		return refuse(&err);
@@ -275,20 +270,19 @@ static int check_mountpoint(const char *mnt)
 
 /* --device=cuda[:N] is a demand: refuse it when there is no such device.
  * auto falls back to the CPU silently (design.md). */
-static int check_device(const char *device)
+static int check_device(const struct us_opts *o)
 {
 	char why[120];
-	int ndev, want = 0;
+	int ndev;
 
-	if (strncmp(device, "cuda", 4) != 0)
+	if (o->device != US_DEVICE_CUDA)
 		return 0;
-	if (device[4] == ':')
-		want = atoi(device + 5);
 	ndev = us_cuda_probe(why, sizeof(why)); /* this process stays CUDA-free */
-	if (want < ndev)
+	if (o->cuda_index < ndev)
 		return 0;
 	fprintf(stderr, "unshardfs: --device=%s: %s (%d CUDA device%s)\n",
-		device, ndev ? "no such device" : why, ndev, ndev == 1 ? "" : "s");
+		o->device_arg, ndev ? "no such device" : why, ndev,
+		ndev == 1 ? "" : "s");
 	return -1;
 }
 
@@ -407,7 +401,7 @@ int main(int argc, char **argv)
 		       ndev == 1 ? "" : "s", ndev ? "" : ": ", ndev ? "" : why);
 		return 0;
 	}
-	if (check_device(o.device) != 0)
+	if (check_device(&o) != 0)
 		return EXIT_USAGE;
 	if (!o.inspect && !o.export_cmd &&
 	    (rc = check_mountpoint(o.mountpoint)) != 0)
