@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "pt_prune.h"
+
 struct link {
 	fuse_ino_t parent;
 	struct us_dirent ent;
@@ -122,15 +124,20 @@ static bool root_name_taken(struct us_view *const *views, size_t nviews,
 }
 
 static int tree_add_passthrough(struct builder *b, const struct us_pt_list *pt,
+				const struct us_statedict *sd,
 				struct us_view *const *views, size_t nviews,
 				bool tensors)
 {
 	/* pt entry i becomes node map[i]; parents precede children. */
 	fuse_ino_t *map = calloc(pt->n + 1, sizeof(*map));
+	bool *keep = calloc(pt->n + 1, sizeof(*keep));
 	int rc = 0;
 
-	if (!map)
+	if (!map || !keep || us_pt_keep(pt, sd, keep) < 0) {
+		free(map);
+		free(keep);
 		return -1;
+	}
 	for (size_t i = 0; i < pt->n && rc == 0; i++) {
 		const struct us_pt_entry *e = &pt->v[i];
 		fuse_ino_t parent = e->parent == SIZE_MAX ? FUSE_ROOT_ID
@@ -138,9 +145,10 @@ static int tree_add_passthrough(struct builder *b, const struct us_pt_list *pt,
 		bool dir = S_ISDIR(e->st.st_mode);
 		struct us_node *n;
 
-		if (!parent || (parent == FUSE_ROOT_ID &&
+		if (!parent || !keep[i] || (parent == FUSE_ROOT_ID &&
 				root_name_taken(views, nviews, tensors, e->name)))
-			continue; /* shadowed by a view, or under a skipped dir */
+			continue; /* shadowed by a view, emptied by the reader
+				   * (pt_prune.h), or under a skipped dir */
 		n = tree_add(b->t, dir ? US_NODE_DIR : US_NODE_PASSTHROUGH,
 			     &e->st, dir ? 0 : (uint64_t)e->st.st_size);
 		if (!n) {
@@ -153,6 +161,7 @@ static int tree_add_passthrough(struct builder *b, const struct us_pt_list *pt,
 		rc = link_add(b, parent, e->name, map[i]);
 	}
 	free(map);
+	free(keep);
 	return rc;
 }
 
@@ -355,7 +364,7 @@ int us_tree_build(struct us_tree *t, struct us_view *const *views,
 	}
 	if (tensors && tree_add_tensors(&b, sd, raw) < 0)
 		goto out;
-	if (pt && tree_add_passthrough(&b, pt, views, nviews, tensors) < 0)
+	if (pt && tree_add_passthrough(&b, pt, sd, views, nviews, tensors) < 0)
 		goto out;
 	if (tree_link_dirs(&b) < 0)
 		goto out;
