@@ -119,8 +119,8 @@ static enum us_status add_model_views(struct mount_state *m, uint64_t max_shard,
 	return US_OK;
 }
 
-/* The files at the mount root that render the state dict; export builds
- * only the one view it writes. */
+/* The files at the mount root that render the state dict, those --views
+ * asks for; export builds only the one view it writes. */
 static enum us_status add_views(struct mount_state *m, const struct us_opts *o,
 				struct us_err *err)
 {
@@ -128,11 +128,13 @@ static enum us_status add_views(struct mount_state *m, const struct us_opts *o,
 	struct us_view *v;
 	bool bin_only = o->export_cmd && o->view == US_EXPORT_BIN;
 
-	if (!bin_only)
+	if (o->export_cmd ? !bin_only : (o->views & US_VIEW_SAFETENSORS))
 		US_TRY(add_model_views(m, o->max_shard_size, err));
 	if (o->export_cmd && !bin_only)
 		return US_OK;
-	if (us_view_torch_new(m->sd, &v, err) == US_OK) {
+	if (!o->export_cmd && !(o->views & US_VIEW_BIN)) {
+		/* --views without bin: nothing to render */
+	} else if (us_view_torch_new(m->sd, &v, err) == US_OK) {
 		US_TRY(add_view(m, v, err));
 	} else if (o->export_cmd || err->status != US_E_UNSUPPORTED) {
 		return err->status;
@@ -141,7 +143,7 @@ static enum us_status add_views(struct mount_state *m, const struct us_opts *o,
 		 * still serve the checkpoint; say why this one is missing. */
 		us_msg(LOG_WARNING, "no pytorch_model.bin: %s", err->msg);
 	}
-	if (o->export_cmd)
+	if (o->export_cmd || !(o->views & US_VIEW_OPTIMIZER))
 		return US_OK;
 	if (opt && opt->ntensors) {
 		US_TRY(us_view_safetensors_named(opt, "optimizer.safetensors",
@@ -213,7 +215,8 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 		return refuse(&err);
 	if (o->export_cmd)
 		return 0;
-	if (us_view_raw_array_new(m->sd, &m->raw, &err) != US_OK)
+	if ((o->views & US_VIEW_TENSORS) &&
+	    us_view_raw_array_new(m->sd, &m->raw, &err) != US_OK)
 		return refuse(&err);
 	if (m->srcfd >= 0 && us_pt_scan(m->srcfd, m->sd, &m->pt, &err) != US_OK)
 		return refuse(&err);
@@ -226,6 +229,11 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 	}
 	m->tree.ra = us_readahead_new(m->sd); /* NULL: reads go without */
 	m->tree.direct_io = o->direct_io;
+	m->tree.owner = (struct us_tree_owner){
+		.set_uid = o->set_uid, .set_gid = o->set_gid,
+		.set_umask = o->set_umask,
+		.uid = o->uid, .gid = o->gid, .umask = o->umask,
+	};
 	return 0;
 }
 

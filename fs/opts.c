@@ -40,7 +40,19 @@ void us_opts_usage(FILE *out)
 "                           mount(8)-only options (defaults, auto, noauto,\n"
 "                           user, users, nofail, _netdev, x-*, comment=*);\n"
 "                           -o NAME=VALUE sets the option --NAME=VALUE below\n"
-"                           ('_' for '-'; fstab's way to pass them)\n"
+"                           ('_' for '-'; fstab's way to pass them); any\n"
+"                           other option is an error\n"
+"    -o uid=N,gid=N         owner (numeric ids) of every file and directory\n"
+"                           served (default: as in SOURCE)\n"
+"    -o umask=M             permission bits of everything served: 0555 for\n"
+"                           directories, 0444 (and SOURCE's execute bits)\n"
+"                           for files, less octal M (default: as in SOURCE,\n"
+"                           without write bits)\n"
+"    --views=LIST           which of safetensors,bin,tensors,optimizer\n"
+"                           appear, comma-separated: model.safetensors (or\n"
+"                           its shards), pytorch_model.bin, tensors/,\n"
+"                           optimizer.safetensors and optimizer.json\n"
+"                           (default: all)\n"
 "    --direct-io=on|off     on: read() of the views goes straight into the\n"
 "                           reader's buffer, past the FUSE page cache (large\n"
 "                           reads: faster, less memory; small reads: each a\n"
@@ -262,15 +274,18 @@ static int set_view(struct us_opts *o, const char *v)
 	return 0;
 }
 
-/* --views=LIST: comma-separated, in the order of the US_VIEW_* bits. */
+/* The --views names, in the order of the US_VIEW_* bits. */
+static const char *const view_names[] = {"safetensors", "bin", "tensors",
+					 "optimizer", NULL};
+
+/* --views=LIST: comma-separated view_names. */
 static int set_views(struct us_opts *o, const char *v)
 {
-	static const char *const names[] = {"safetensors", "bin", "tensors",
-					    "optimizer", NULL};
 	static const char valid[] = "safetensors, bin, tensors, optimizer";
 	char one[32];
 
 	o->views = 0;
+	o->views_open = true; /* -o views=a,b: b comes as its own item */
 	for (const char *p = v;; p++) {
 		size_t n = strcspn(p, ",");
 		int bit;
@@ -279,7 +294,7 @@ static int set_views(struct us_opts *o, const char *v)
 			n = sizeof(one) - 1;
 		memcpy(one, p, n);
 		one[n] = '\0';
-		bit = index_of(one, names);
+		bit = index_of(one, view_names);
 		if (bit < 0)
 			return usage_error("unknown view '%s' in --views=%s "
 					   "(valid: %s)", one, v, valid);
@@ -524,16 +539,44 @@ static char *store(struct us_opts *o, const char *s, size_t n)
 	return p;
 }
 
+/*
+ * -o splits on commas, so "-o views=safetensors,tensors" arrives as
+ * "views=safetensors" and then "tensors": a bare view name right after a
+ * views= item continues its list (no FUSE option has such a name).
+ */
+static bool more_views(struct us_opts *o, const char *opt)
+{
+	int bit = index_of(opt, view_names);
+
+	if (!o->views_open || bit < 0)
+		return o->views_open = false;
+	o->views |= 1u << bit;
+	return true;
+}
+
+/* Our options take libfuse's "\," for a comma inside an -o item. */
+static void unescape_commas(char *s)
+{
+	char *d = s;
+
+	for (; *s; s++)
+		if (!(s[0] == '\\' && s[1] == ','))
+			*d++ = *s;
+	*d = '\0';
+}
+
 static int add_one_fuse_opt(struct us_opts *o, const char *item, size_t n)
 {
 	char *opt = store(o, item, n);
+	char *ours = store(o, item, n);
 	int rc;
 
-	if (!opt)
+	if (!opt || !ours)
 		return usage_error("%s options too long", "-o");
-	if (!*opt || mount_only(opt))
+	if (!*opt || mount_only(opt) || more_views(o, opt))
 		return 0;
-	rc = unshardfs_opt(o, opt);
+	unescape_commas(ours);
+	rc = unshardfs_opt(o, ours);
 	if (rc <= 0)
 		return rc;
 	if (!fuse_known(opt))
@@ -555,6 +598,7 @@ static int add_fuse_opt(struct us_opts *o, const char *v)
 		return usage_error("%s needs an argument", "-o");
 	if (o->export_cmd || o->inspect)
 		return usage_error("%s is a mount option", "-o");
+	o->views_open = false;
 	for (p = v; ; p++) {
 		if (*p == '\\' && p[1]) {
 			p++;

@@ -77,6 +77,7 @@ struct us_opts {
 	const char *out;           /* export: a file, a directory or "-" */
 	enum us_export_view view;  /* export --view */
 	unsigned views;            /* mount --views: US_VIEW_* bits */
+	bool views_open;           /* parsing: the last -o item was views= */
 	uint64_t max_shard_size;   /* 0: one model.safetensors */
 	const char *fuse_opts[US_MAX_FUSE_OPTS]; /* one FUSE option each */
 	size_t nfuse_opts;

@@ -408,6 +408,21 @@ fuse_ino_t us_tree_lookup(const struct us_node *dir, const char *name)
 	return 0;
 }
 
+/* -o uid=,gid=,umask=: applied last, over what SOURCE says. */
+static void apply_owner(const struct us_tree_owner *o, struct stat *st)
+{
+	if (o->set_uid)
+		st->st_uid = o->uid;
+	if (o->set_gid)
+		st->st_gid = o->gid;
+	if (o->set_umask) {
+		mode_t perm = S_ISDIR(st->st_mode) ? 0555
+			      : 0444 | (st->st_mode & 0111);
+
+		st->st_mode = (st->st_mode & S_IFMT) | (perm & ~o->umask);
+	}
+}
+
 void us_tree_stat(const struct us_tree *t, fuse_ino_t ino, struct stat *st)
 {
 	const struct us_node *n = &t->nodes[ino - 1];
@@ -424,10 +439,12 @@ void us_tree_stat(const struct us_tree *t, fuse_ino_t ino, struct stat *st)
 		mode_t m = st->st_mode & 0555;
 
 		st->st_mode = S_IFDIR | (n->like ? m : m | (m & 0444) >> 2);
+		apply_owner(&t->owner, st);
 		return;
 	}
 	st->st_mode = S_IFREG | (n->like ? st->st_mode & 0555 : t->view_perm);
 	st->st_size = (off_t)n->size;
 	st->st_blksize = 1 << 20;
 	st->st_blocks = (blkcnt_t)((n->size + 511) / 512);
+	apply_owner(&t->owner, st);
 }

@@ -62,6 +62,20 @@ struct us_node {
 	} u;
 };
 
+/*
+ * -o uid=N,gid=N,umask=M, as sshfs and ratarmount: one owner and one set of
+ * permission bits for everything served, in place of SOURCE's.  With a
+ * umask, directories are 0555 and files 0444 (and SOURCE's execute bits, a
+ * passthrough script stays runnable), less the umask: the mount is
+ * read-only whatever the umask grants.
+ */
+struct us_tree_owner {
+	bool set_uid, set_gid, set_umask;
+	uid_t uid;
+	gid_t gid;
+	mode_t umask;
+};
+
 struct us_tree {
 	struct us_node *nodes;
 	size_t n, cap;
@@ -76,6 +90,7 @@ struct us_tree {
 	uint64_t total_inodes;   /* for statfs: the nodes that have a name */
 	struct us_readahead *ra; /* the views' sources read ahead, or NULL */
 	bool direct_io;          /* --direct-io=on (ops.c, init_ext.h) */
+	struct us_tree_owner owner; /* -o uid=,gid=,umask= (set after build) */
 };
 
 /*
