@@ -10,7 +10,6 @@
 #include <limits.h>
 #include <malloc.h>
 #include <signal.h>
-#include <sys/vfs.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,15 +22,18 @@
 #include "assemble/assemble.h"
 #include "assemble/cuda.h"
 #include "bdi.h"
+#include "capture.h"
 #include "exit_watch.h"
 #include "export.h"
 #include "init_ext.h"
 #include "inspect.h"
+#include "mount_check.h"
 #include "msg.h"
 #include "ops.h"
 #include "opts.h"
 #include "pipe.h"
 #include "source/source.h"
+#include "source_hint.h"
 #include "us_config.h"
 #include "view/readahead.h"
 
@@ -48,10 +50,22 @@ struct mount_state {
 	struct us_tree tree;
 };
 
-static int refuse(const struct us_err *err)
+/* One line for @err, naming SOURCE as given (source_hint.h). */
+static int refuse(const struct us_opts *o, const struct us_err *err)
 {
-	fprintf(stderr, "unshardfs: %s\n", err->msg);
+	us_source_refusal(stderr, o->source, err, false);
 	return err->status == US_E_USAGE ? EXIT_USAGE : EXIT_REFUSED;
+}
+
+/* SOURCE could not be read: when no reader even recognised it, the line
+ * also says where a checkpoint is, if one is near. */
+static int refuse_source(const struct us_opts *o, const struct us_err *err)
+{
+	bool hint = o->format == US_FORMAT_AUTO && err->status == US_E_FORMAT &&
+		    !us_source_recognised(o->source);
+
+	us_source_refusal(stderr, o->source, err, hint);
+	return EXIT_REFUSED;
 }
 
 static void mount_state_free(struct mount_state *m)
@@ -203,29 +217,30 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 	so.cast_to = o->cast_to;
 	so.ds_weights = o->ds_weights;
 	if (us_source_open(o->source, &so, &m->sd, &m->srcfd, &err) != US_OK)
-		return refuse(&err);
+		return err.status == US_E_USAGE ? refuse(o, &err)
+						: refuse_source(o, &err);
 	if (o->inspect)
 		return 0;
 	set_device(o);
 	if (us_assemble_init(o->cache_size) < 0) {
 		us_err_set(&err, US_E_NOMEM, ".", "out of memory");
-		return refuse(&err);
+		return refuse(o, &err);
 	}
 	if (add_views(m, o, &err) != US_OK)
-		return refuse(&err);
+		return refuse(o, &err);
 	if (o->export_cmd)
 		return 0;
 	if ((o->views & US_VIEW_TENSORS) &&
 	    us_view_raw_array_new(m->sd, &m->raw, &err) != US_OK)
-		return refuse(&err);
+		return refuse(o, &err);
 	if (m->srcfd >= 0 && us_pt_scan(m->srcfd, m->sd, &m->pt, &err) != US_OK)
-		return refuse(&err);
+		return refuse(o, &err);
 	if (stat(o->source, &root) < 0 ||
 	    us_tree_build(&m->tree, m->views, m->nviews, m->sd, m->raw, &m->pt,
 			  m->srcfd, &root) < 0) {
 		us_err_set(&err, US_E_NOMEM, ".", "cannot build the tree: %s",
 			   strerror(errno ? errno : ENOMEM));
-		return refuse(&err);
+		return refuse(o, &err);
 	}
 	m->tree.ra = us_readahead_new(m->sd); /* NULL: reads go without */
 	m->tree.direct_io = o->direct_io;
@@ -234,45 +249,6 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 		.set_umask = o->set_umask,
 		.uid = o->uid, .gid = o->gid, .umask = o->umask,
 	};
-	return 0;
-}
-
-/* Is @mnt the root of a mounted FUSE filesystem?  Mounting again there
- * would stack silently on a live (or dead, after kill -9) mount. */
-static bool is_fuse_mount(const char *mnt)
-{
-	struct statfs sf;
-	struct stat st, up;
-	char parent[PATH_MAX];
-
-	if (statfs(mnt, &sf) < 0 || sf.f_type != 0x65735546 /* FUSE */)
-		return false;
-	if (snprintf(parent, sizeof(parent), "%s/..", mnt) >= (int)sizeof(parent) ||
-	    stat(mnt, &st) < 0 || stat(parent, &up) < 0)
-		return true; /* inside FUSE and cannot tell: still not ours to stack */
-	return st.st_dev != up.st_dev || st.st_ino == up.st_ino;
-}
-
-static int check_mountpoint(const char *mnt)
-{
-	struct stat st;
-
-	if (stat(mnt, &st) < 0) {
-		fprintf(stderr, "unshardfs: %s: mountpoint: %s\n", mnt,
-			strerror(errno));
-		return EXIT_USAGE;
-	}
-	if (!S_ISDIR(st.st_mode)) {
-		fprintf(stderr, "unshardfs: %s: mountpoint is not a directory\n",
-			mnt);
-		return EXIT_USAGE;
-	}
-	if (is_fuse_mount(mnt)) {
-		fprintf(stderr, "unshardfs: %s: mountpoint is busy: a FUSE "
-			"filesystem is already mounted there (fusermount3 -u %s)\n",
-			mnt, mnt);
-		return EXIT_USAGE;
-	}
 	return 0;
 }
 
@@ -316,29 +292,46 @@ static void add_mount_opts(struct fuse_args *args, const struct us_opts *o)
 		fuse_opt_add_arg(args, "-d");
 }
 
+/* One line for a failed mount: what libfuse and fusermount3 said
+ * (capture.h), and the remedy where the words are known. */
+static void mount_failed(const struct us_opts *o, struct us_capture *cap)
+{
+	char why[1024];
+
+	us_capture_end(cap, false, why, sizeof(why));
+	fprintf(stderr, "unshardfs: %s: cannot mount: %s%s\n", o->mountpoint,
+		why[0] ? why : "libfuse gave no reason", us_mount_remedy(why));
+}
+
 static int serve(const struct us_opts *o, struct mount_state *m)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *cfg = NULL;
 	struct us_exit_watch *watch = NULL;
 	struct fuse_session *se;
+	struct us_capture cap;
 	char *absmnt = realpath(o->mountpoint, NULL); /* before it is mounted */
 	int rc = EXIT_USAGE;
 
 	fuse_opt_add_arg(&args, "unshardfs");
 	add_mount_opts(&args, o);
+	us_capture_begin(&cap);
 	se = fuse_session_new(&args, &us_fuse_ops, sizeof(us_fuse_ops), &m->tree);
-	if (!se)
+	if (!se) {
+		mount_failed(o, &cap);
 		goto out_args;
-	if (fuse_set_signal_handlers(se) != 0)
+	}
+	if (fuse_set_signal_handlers(se) != 0) {
+		mount_failed(o, &cap);
 		goto out_session;
+	}
 	/* The absolute path: libfuse unmounts by this path at exit, after the
 	 * daemon has changed directory. */
 	if (fuse_session_mount(se, absmnt ? absmnt : o->mountpoint) != 0) {
-		fprintf(stderr, "unshardfs: %s: cannot mount (busy, or no "
-			"permission to use /dev/fuse?)\n", o->mountpoint);
+		mount_failed(o, &cap);
 		goto out_signals;
 	}
+	us_capture_end(&cap, true, NULL, 0);
 	if (m->tree.direct_io && us_init_ext_install(se) != 0) {
 		us_msg(LOG_WARNING, "%s: --direct-io: cannot hook the FUSE "
 		       "device; reads go through the page cache", o->mountpoint);
@@ -412,8 +405,9 @@ int main(int argc, char **argv)
 	if (check_device(&o) != 0)
 		return EXIT_USAGE;
 	if (!o.inspect && !o.export_cmd &&
-	    (rc = check_mountpoint(o.mountpoint)) != 0)
-		return rc;
+	    (us_check_mountpoint(o.mountpoint) < 0 ||
+	     us_check_fuse_access(o.allow_other) < 0))
+		return EXIT_USAGE;
 	rc = prepare(&o, &m);
 	if (rc == 0 && o.inspect)
 		rc = us_inspect_print(m.sd, o.json, stdout) < 0 ? EXIT_REFUSED : 0;
