@@ -73,7 +73,7 @@ enum us_status us_source_open(const char *path,
 	*out = NULL;
 	*dirfd_out = -1;
 	if (stat(path, &st) < 0)
-		return us_err_set(err, US_E_IO, path, "cannot access SOURCE: %s",
+		return us_err_set(err, US_E_IO, ".", "cannot access SOURCE: %s",
 				  strerror(errno));
 	if (S_ISDIR(st.st_mode))
 		dirfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -89,7 +89,7 @@ enum us_status us_source_open(const char *path,
 		goto fail;
 	}
 	if (!r) {
-		rc = us_err_set(err, US_E_FORMAT, path,
+		rc = us_err_set(err, US_E_FORMAT, file ? file : ".",
 				"no checkpoint found (looked for safetensors "
 				"files or their index, torch.save files (.bin .pt "
 				".pth .ckpt) or their index, a DCP .metadata, a "
