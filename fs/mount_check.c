@@ -130,15 +130,15 @@ static bool conf_allows_other(void)
 	return yes;
 }
 
-int us_check_fuse_access(bool allow_other)
+int us_check_fuse_access(const char *allow_other)
 {
 	if (check_dev() < 0)
 		return -1;
 	if (allow_other && geteuid() != 0 && !conf_allows_other()) {
-		fprintf(stderr, "unshardfs: %s: -o allow_other is for root "
-			"unless %s has the line user_allow_other (add it as "
-			"root, or mount without allow_other)\n", FUSE_CONF,
-			FUSE_CONF);
+		fprintf(stderr, "unshardfs: %s: -o %s is for root unless %s "
+			"has the line user_allow_other (add it as root, or mount "
+			"without %s)\n", FUSE_CONF, allow_other, FUSE_CONF,
+			allow_other);
 		return -1;
 	}
 	return 0;

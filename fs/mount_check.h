@@ -17,8 +17,9 @@
 int us_check_mountpoint(const char *mnt);
 
 /* us_check_fuse_access - may this process mount through /dev/fuse, with
- * -o allow_other when @allow_other?  0, or -1 after the one line. */
-int us_check_fuse_access(bool allow_other);
+ * @allow_other ("allow_other" or "allow_root", which a user may only ask
+ * for by /etc/fuse.conf's leave) unless NULL?  0, or -1 after the line. */
+int us_check_fuse_access(const char *allow_other);
 
 /*
  * us_mount_remedy - what to do about a mount failure that libfuse or

@@ -96,9 +96,9 @@ void us_opts_usage(FILE *out)
 "    --view=V               safetensors|bin: model.safetensors (or its shards)\n"
 "                           or pytorch_model.bin (default: safetensors)\n"
 "\n"
-"exit status: 0 mounted (or inspect/export done), 1 usage error, 2 the\n"
-"checkpoint cannot be served or written (one line on stderr:\n"
-"unshardfs: <file>: <problem>)\n",
+"exit status: 0 mounted (or inspect/export done), 1 usage error or the\n"
+"mount failed, 2 the checkpoint cannot be served or written (one line on\n"
+"stderr: unshardfs: <file>: <problem>)\n",
 	      out);
 }
 
@@ -583,8 +583,8 @@ static int add_one_fuse_opt(struct us_opts *o, const char *item, size_t n)
 		return usage_error("unknown -o option '%s'", opt);
 	if (o->nfuse_opts == US_MAX_FUSE_OPTS)
 		return usage_error("too many %s options", "-o");
-	if (!strcmp(opt, "allow_other"))
-		o->allow_other = true;
+	if (!strcmp(opt, "allow_other") || !strcmp(opt, "allow_root"))
+		o->allow_other = opt; /* fusermount3 wants user_allow_other */
 	o->fuse_opts[o->nfuse_opts++] = opt;
 	return 0;
 }

@@ -81,7 +81,7 @@ struct us_opts {
 	uint64_t max_shard_size;   /* 0: one model.safetensors */
 	const char *fuse_opts[US_MAX_FUSE_OPTS]; /* one FUSE option each */
 	size_t nfuse_opts;
-	bool allow_other;          /* -o allow_other is among them */
+	const char *allow_other;   /* -o allow_other or allow_root, or NULL */
 	char store[US_OPT_STORE];  /* split -o items point in here */
 	size_t nstore;
 	enum us_format format;

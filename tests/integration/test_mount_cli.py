@@ -353,16 +353,17 @@ def test_non_root_without_dev_fuse_access():
     assert "group" in line and "fuse" in line, line
 
 
-def test_allow_other_without_user_allow_other():
+@pytest.mark.parametrize("opt", ["allow_other", "allow_root"])
+def test_allow_other_without_user_allow_other(opt):
     try:
         with open("/etc/fuse.conf") as f:
             if any(ln.split("#")[0].split() == ["user_allow_other"] for ln in f):
                 pytest.skip("/etc/fuse.conf has user_allow_other on this machine")
     except FileNotFoundError:
         pass
-    line = one_line(as_nobody_with_fuse_mode(0o666, "-o", "allow_other"), 1)
-    assert line.startswith("unshardfs: /etc/fuse.conf: "), line
-    assert "user_allow_other" in line and "allow_other" in line, line
+    line = one_line(as_nobody_with_fuse_mode(0o666, "-o", opt), 1)
+    assert line.startswith(f"unshardfs: /etc/fuse.conf: -o {opt} "), line
+    assert "user_allow_other" in line, line
 
 
 def test_fusermount_refusal_is_one_line():
