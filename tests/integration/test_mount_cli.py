@@ -371,3 +371,18 @@ def test_fusermount_refusal_is_one_line():
     comes out as one line."""
     line = one_line(as_nobody_with_fuse_mode(0o666, mnt_owner=0), 1)
     assert "cannot mount: " in line and "mountpoint" in line, line
+
+
+# ---- one option table: the three spellings of an option are the same option ---------
+
+def model_bytes(*opts):
+    with mount(SAMPLE, *opts) as mnt:
+        with open(os.path.join(mnt, "model.safetensors"), "rb") as f:
+            return f.read()
+
+
+def test_three_spellings_serve_the_same_bytes():
+    joined = model_bytes("--dtype=bf16", "--strip-prefix=model.", "--ties=off")
+    assert joined != model_bytes()
+    assert model_bytes("--dtype", "bf16", "--strip-prefix", "model.", "--ties", "off") == joined
+    assert model_bytes("-o", "dtype=bf16,strip_prefix=model.,ties=off") == joined
