@@ -10,7 +10,6 @@
 #include <limits.h>
 #include <malloc.h>
 #include <signal.h>
-#include <sys/vfs.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,14 +20,19 @@
 #include <unistd.h>
 
 #include "assemble/assemble.h"
+#include "bdi.h"
+#include "capture.h"
 #include "exit_watch.h"
 #include "export.h"
 #include "init_ext.h"
 #include "inspect.h"
+#include "mount_check.h"
 #include "msg.h"
 #include "ops.h"
 #include "opts.h"
+#include "pipe.h"
 #include "source/source.h"
+#include "source_hint.h"
 #include "us_config.h"
 #include "view/readahead.h"
 
@@ -46,10 +50,22 @@ struct mount_state {
 	struct us_tree tree;
 };
 
-static int refuse(const struct us_err *err)
+/* One line for @err, naming SOURCE as given (source_hint.h). */
+static int refuse(const struct us_opts *o, const struct us_err *err)
 {
-	fprintf(stderr, "unshardfs: %s\n", err->msg);
+	us_source_refusal(stderr, o->source, err, false);
 	return err->status == US_E_USAGE ? EXIT_USAGE : EXIT_REFUSED;
+}
+
+/* SOURCE could not be read: when no reader even recognised it, the line
+ * also says where a checkpoint is, if one is near. */
+static int refuse_source(const struct us_opts *o, const struct us_err *err)
+{
+	bool hint = o->format == US_FORMAT_AUTO && err->status == US_E_FORMAT &&
+		    !us_source_recognised(o->source);
+
+	us_source_refusal(stderr, o->source, err, hint);
+	return EXIT_REFUSED;
 }
 
 static void mount_state_free(struct mount_state *m)
@@ -118,20 +134,22 @@ static enum us_status add_model_views(struct mount_state *m, uint64_t max_shard,
 	return US_OK;
 }
 
-/* The files at the mount root that render the state dict; export builds
- * only the one view it writes. */
+/* The files at the mount root that render the state dict, those --views
+ * asks for; export builds only the one view it writes. */
 static enum us_status add_views(struct mount_state *m, const struct us_opts *o,
 				struct us_err *err)
 {
 	const struct us_statedict *opt = m->sd->optim;
 	struct us_view *v;
-	bool bin_only = o->export_cmd && !strcmp(o->view, "bin");
+	bool bin_only = o->export_cmd && o->view == US_EXPORT_BIN;
 
-	if (!bin_only)
+	if (o->export_cmd ? !bin_only : (o->views & US_VIEW_SAFETENSORS))
 		US_TRY(add_model_views(m, o->max_shard_size, err));
 	if (o->export_cmd && !bin_only)
 		return US_OK;
-	if (us_view_torch_new(m->sd, &v, err) == US_OK) {
+	if (!o->export_cmd && !(o->views & US_VIEW_BIN)) {
+		/* --views without bin: nothing to render */
+	} else if (us_view_torch_new(m->sd, &v, err) == US_OK) {
 		US_TRY(add_view(m, v, err));
 	} else if (o->export_cmd || err->status != US_E_UNSUPPORTED) {
 		return err->status;
@@ -140,7 +158,7 @@ static enum us_status add_views(struct mount_state *m, const struct us_opts *o,
 		 * still serve the checkpoint; say why this one is missing. */
 		us_msg(LOG_WARNING, "no pytorch_model.bin: %s", err->msg);
 	}
-	if (o->export_cmd)
+	if (o->export_cmd || !(o->views & US_VIEW_OPTIMIZER))
 		return US_OK;
 	if (opt && opt->ntensors) {
 		US_TRY(us_view_safetensors_named(opt, "optimizer.safetensors",
@@ -182,9 +200,9 @@ static enum us_status new_assembler(const struct us_opts *o,
 	struct us_assembler_opts ao = { .cache_size = o->cache_size,
 					.executor = US_EXEC_CPU };
 
-	if (!strncmp(o->device, "cuda", 4)) {
+	if (o->device == US_DEVICE_CUDA) {
 		ao.executor = US_EXEC_CUDA;
-		ao.device = o->device[4] == ':' ? atoi(o->device + 5) : 0;
+		ao.device = o->cuda_index;
 	}
 	return us_assembler_new(&ao, as, err);
 }
@@ -193,7 +211,7 @@ static enum us_status new_assembler(const struct us_opts *o,
 static int prepare(const struct us_opts *o, struct mount_state *m)
 {
 	struct us_source_opts so = {
-		.format = o->format,
+		.format = us_format_names[o->format],
 		.names = { .no_unwrap = o->no_unwrap,
 			   .strip_prefix = o->strip_prefix,
 			   .nstrip = o->nstrip },
@@ -205,94 +223,59 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 	memset(m, 0, sizeof(*m));
 	m->srcfd = -1;
 	raise_nofile();
-	us_ties_mode_parse(o->ties, &so.ties); /* validated by us_opts_parse */
-	so.cast = strcmp(o->dtype, "keep") != 0;
-	so.cast_to = !strcmp(o->dtype, "bf16") ? US_DT_BF16 :
-		     !strcmp(o->dtype, "f16") ? US_DT_F16 : US_DT_F32;
-	so.ds_weights = !strcmp(o->ds_weights, "module") ? US_DS_WEIGHTS_MODULE :
-			US_DS_WEIGHTS_FP32;
+	so.ties = o->ties;
+	so.cast = o->cast;
+	so.cast_to = o->cast_to;
+	so.ds_weights = o->ds_weights;
 	if (us_source_open(o->source, &so, &m->sd, &m->srcfd, &err) != US_OK)
-		return refuse(&err);
+		return err.status == US_E_USAGE ? refuse(o, &err)
+						: refuse_source(o, &err);
 	if (o->inspect)
 		return 0;
 	if (new_assembler(o, &m->as, &err) != US_OK)
-		return refuse(&err);
+		return refuse(o, &err);
 	if (add_views(m, o, &err) != US_OK)
-		return refuse(&err);
+		return refuse(o, &err);
 	if (o->export_cmd)
 		return 0;
-	if (us_view_raw_array_new(m->sd, &m->raw, &err) != US_OK)
-		return refuse(&err);
+	if ((o->views & US_VIEW_TENSORS) &&
+	    us_view_raw_array_new(m->sd, &m->raw, &err) != US_OK)
+		return refuse(o, &err);
 	if (m->srcfd >= 0 && us_pt_scan(m->srcfd, m->sd, &m->pt, &err) != US_OK)
-		return refuse(&err);
+		return refuse(o, &err);
 	if (stat(o->source, &root) < 0 ||
 	    us_tree_build(&m->tree, m->views, m->nviews, m->sd, m->raw, &m->pt,
 			  m->srcfd, &root) < 0) {
 		us_err_set(&err, US_E_NOMEM, ".", "cannot build the tree: %s",
 			   strerror(errno ? errno : ENOMEM));
-		return refuse(&err);
+		return refuse(o, &err);
 	}
 	m->tree.ra = us_readahead_new(m->sd); /* NULL: reads go without */
 	m->tree.as = m->as;
 	m->tree.direct_io = o->direct_io;
-	return 0;
-}
-
-/* Is @mnt the root of a mounted FUSE filesystem?  Mounting again there
- * would stack silently on a live (or dead, after kill -9) mount. */
-static bool is_fuse_mount(const char *mnt)
-{
-	struct statfs sf;
-	struct stat st, up;
-	char parent[PATH_MAX];
-
-	if (statfs(mnt, &sf) < 0 || sf.f_type != 0x65735546 /* FUSE */)
-		return false;
-	if (snprintf(parent, sizeof(parent), "%s/..", mnt) >= (int)sizeof(parent) ||
-	    stat(mnt, &st) < 0 || stat(parent, &up) < 0)
-		return true; /* inside FUSE and cannot tell: still not ours to stack */
-	return st.st_dev != up.st_dev || st.st_ino == up.st_ino;
-}
-
-static int check_mountpoint(const char *mnt)
-{
-	struct stat st;
-
-	if (stat(mnt, &st) < 0) {
-		fprintf(stderr, "unshardfs: %s: mountpoint: %s\n", mnt,
-			strerror(errno));
-		return EXIT_USAGE;
-	}
-	if (!S_ISDIR(st.st_mode)) {
-		fprintf(stderr, "unshardfs: %s: mountpoint is not a directory\n",
-			mnt);
-		return EXIT_USAGE;
-	}
-	if (is_fuse_mount(mnt)) {
-		fprintf(stderr, "unshardfs: %s: mountpoint is busy: a FUSE "
-			"filesystem is already mounted there (fusermount3 -u %s)\n",
-			mnt, mnt);
-		return EXIT_USAGE;
-	}
+	m->tree.owner = (struct us_tree_owner){
+		.set_uid = o->set_uid, .set_gid = o->set_gid,
+		.set_umask = o->set_umask,
+		.uid = o->uid, .gid = o->gid, .umask = o->umask,
+	};
 	return 0;
 }
 
 /* --device=cuda[:N] is a demand: refuse it when there is no such device.
  * auto falls back to the CPU silently (design.md). */
-static int check_device(const char *device)
+static int check_device(const struct us_opts *o)
 {
 	char why[120];
-	int ndev, want = 0;
+	int ndev;
 
-	if (strncmp(device, "cuda", 4) != 0)
+	if (o->device != US_DEVICE_CUDA)
 		return 0;
-	if (device[4] == ':')
-		want = atoi(device + 5);
 	ndev = us_assemble_probe(why, sizeof(why)); /* this process stays CUDA-free */
-	if (want < ndev)
+	if (o->cuda_index < ndev)
 		return 0;
 	fprintf(stderr, "unshardfs: --device=%s: %s (%d CUDA device%s)\n",
-		device, ndev ? "no such device" : why, ndev, ndev == 1 ? "" : "s");
+		o->device_arg, ndev ? "no such device" : why, ndev,
+		ndev == 1 ? "" : "s");
 	return -1;
 }
 
@@ -318,29 +301,46 @@ static void add_mount_opts(struct fuse_args *args, const struct us_opts *o)
 		fuse_opt_add_arg(args, "-d");
 }
 
+/* One line for a failed mount: what libfuse and fusermount3 said
+ * (capture.h), and the remedy where the words are known. */
+static void mount_failed(const struct us_opts *o, struct us_capture *cap)
+{
+	char why[1024];
+
+	us_capture_end(cap, false, why, sizeof(why));
+	fprintf(stderr, "unshardfs: %s: cannot mount: %s%s\n", o->mountpoint,
+		why[0] ? why : "libfuse gave no reason", us_mount_remedy(why));
+}
+
 static int serve(const struct us_opts *o, struct mount_state *m)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *cfg = NULL;
 	struct us_exit_watch *watch = NULL;
 	struct fuse_session *se;
+	struct us_capture cap;
 	char *absmnt = realpath(o->mountpoint, NULL); /* before it is mounted */
 	int rc = EXIT_USAGE;
 
 	fuse_opt_add_arg(&args, "unshardfs");
 	add_mount_opts(&args, o);
+	us_capture_begin(&cap);
 	se = fuse_session_new(&args, &us_fuse_ops, sizeof(us_fuse_ops), &m->tree);
-	if (!se)
+	if (!se) {
+		mount_failed(o, &cap);
 		goto out_args;
-	if (fuse_set_signal_handlers(se) != 0)
+	}
+	if (fuse_set_signal_handlers(se) != 0) {
+		mount_failed(o, &cap);
 		goto out_session;
+	}
 	/* The absolute path: libfuse unmounts by this path at exit, after the
 	 * daemon has changed directory. */
 	if (fuse_session_mount(se, absmnt ? absmnt : o->mountpoint) != 0) {
-		fprintf(stderr, "unshardfs: %s: cannot mount (busy, or no "
-			"permission to use /dev/fuse?)\n", o->mountpoint);
+		mount_failed(o, &cap);
 		goto out_signals;
 	}
+	us_capture_end(&cap, true, NULL, 0);
 	if (m->tree.direct_io && us_init_ext_install(se) != 0) {
 		us_msg(LOG_WARNING, "%s: --direct-io: cannot hook the FUSE "
 		       "device; reads go through the page cache", o->mountpoint);
@@ -411,11 +411,12 @@ int main(int argc, char **argv)
 		       ndev == 1 ? "" : "s", ndev ? "" : ": ", ndev ? "" : why);
 		return 0;
 	}
-	if (check_device(o.device) != 0)
+	if (check_device(&o) != 0)
 		return EXIT_USAGE;
 	if (!o.inspect && !o.export_cmd &&
-	    (rc = check_mountpoint(o.mountpoint)) != 0)
-		return rc;
+	    (us_check_mountpoint(o.mountpoint) < 0 ||
+	     us_check_fuse_access(o.allow_other) < 0))
+		return EXIT_USAGE;
 	rc = prepare(&o, &m);
 	if (rc == 0 && o.inspect)
 		rc = us_inspect_print(m.sd, o.json, stdout) < 0 ? EXIT_REFUSED : 0;

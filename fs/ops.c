@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,10 +15,13 @@
 #include <unistd.h>
 
 #include "assemble/assemble.h"
+#include "bdi.h"
 #include "init_ext.h"
 #include "io.h"
 #include "msg.h"
+#include "pipe.h"
 #include "status_errno.h"
+#include "tbuf.h"
 #include "view/readahead.h"
 
 static struct us_tree *tree_of(fuse_req_t req)
@@ -48,92 +50,6 @@ static void us_init(void *userdata, struct fuse_conn_info *conn)
 	conn->congestion_threshold = 48;
 }
 
-/* mountinfo escapes space, tab, newline and backslash as \ooo. */
-static void unescape_octal(char *s)
-{
-	char *d = s;
-
-	for (; *s; s++) {
-		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' &&
-		    s[2] >= '0' && s[2] <= '7' && s[3] >= '0' && s[3] <= '7') {
-			*d++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 +
-				      (s[3] - '0'));
-			s += 3;
-		} else {
-			*d++ = *s;
-		}
-	}
-	*d = '\0';
-}
-
-/* The device of the mount on @abs_mnt, the last (topmost) one listed. */
-static int mount_dev(const char *abs_mnt, unsigned *maj, unsigned *min)
-{
-	FILE *f = fopen("/proc/self/mountinfo", "r");
-	char *line = NULL;
-	size_t cap = 0;
-	int found = -1;
-
-	if (!f)
-		return -1;
-	while (getline(&line, &cap, f) > 0) {
-		char dir[4096];
-		unsigned a, b;
-
-		/* id parent major:minor root mountpoint ... */
-		if (sscanf(line, "%*u %*u %u:%u %*s %4095s", &a, &b, dir) != 3)
-			continue;
-		unescape_octal(dir);
-		if (strcmp(dir, abs_mnt) == 0) {
-			*maj = a;
-			*min = b;
-			found = 0;
-		}
-	}
-	free(line);
-	fclose(f);
-	return found;
-}
-
-/*
- * Read-ahead: the kernel sets the bdi's read_ahead_kb from the FUSE_INIT
- * reply (the minimum of its 128 KiB default and ours), so it can only be
- * raised after INIT.  A file's window is taken from the bdi right after its
- * FUSE_OPEN is answered, so the first open raises it, before replying:
- * deterministic for every file opened.  The device is found at mount.
- */
-static char ra_path[64];
-static unsigned ra_kb;
-static pthread_once_t ra_once = PTHREAD_ONCE_INIT;
-
-void us_raise_read_ahead(const char *abs_mnt, unsigned kb)
-{
-	unsigned maj, min;
-
-	if (mount_dev(abs_mnt, &maj, &min) < 0)
-		return;
-	snprintf(ra_path, sizeof(ra_path), "/sys/class/bdi/%u:%u/read_ahead_kb",
-		 maj, min);
-	ra_kb = kb;
-}
-
-static void ra_apply(void)
-{
-	unsigned cur = 0;
-	FILE *f;
-
-	if (!ra_path[0])
-		return;
-	f = fopen(ra_path, "r+");
-	if (!f)
-		return; /* not root: docs/benchmarks.md gives the command */
-	if (fscanf(f, "%u", &cur) == 1 && cur < ra_kb) {
-		rewind(f);
-		fprintf(f, "%u\n", ra_kb);
-	}
-	fclose(f);
-}
-
 static void fill_entry(struct us_tree *t, fuse_ino_t ino,
 		       struct fuse_entry_param *e)
 {
@@ -159,8 +75,6 @@ static void us_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, ENAMETOOLONG);
 		return;
 	}
-	/* Any name of a node counts toward the one count of that node: the
-	 * kernel forgets inodes, not names. */
 	ino = us_tree_lookup(d, name);
 	if (!ino) {
 		/* A negative entry the kernel may cache: the tree never changes. */
@@ -170,29 +84,26 @@ static void us_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	fill_entry(t, ino, &e);
-	atomic_fetch_add(&t->nodes[ino - 1].nlookup, 1);
 	fuse_reply_entry(req, &e);
 }
 
-static void forget_one(struct us_tree *t, fuse_ino_t ino, uint64_t nlookup)
-{
-	struct us_node *n = us_tree_get(t, ino);
-
-	if (n)
-		atomic_fetch_sub(&n->nlookup, nlookup);
-}
-
+/*
+ * Lookup counts: nodes live as long as the mount (tree.h), so there is
+ * nothing to free when the kernel forgets one; a forget only needs its
+ * (absent) reply.
+ */
 static void us_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-	forget_one(tree_of(req), ino, nlookup);
+	(void)ino;
+	(void)nlookup;
 	fuse_reply_none(req);
 }
 
 static void us_forget_multi(fuse_req_t req, size_t count,
 			    struct fuse_forget_data *forgets)
 {
-	for (size_t i = 0; i < count; i++)
-		forget_one(tree_of(req), forgets[i].ino, forgets[i].nlookup);
+	(void)count;
+	(void)forgets;
 	fuse_reply_none(req);
 }
 
@@ -244,7 +155,7 @@ static void us_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	pthread_once(&ra_once, ra_apply);
+	us_bdi_apply(); /* before the reply: bdi.c says why */
 	fi->fh = 0;
 	if (n->kind == US_NODE_PASSTHROUGH) {
 		fd = open_passthrough(t, n);
@@ -264,57 +175,6 @@ static void us_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	    us_init_ext_mmap_direct())
 		fi->direct_io = 1;
 	fuse_reply_open(req, fi);
-}
-
-/*
- * One reply buffer per thread, grown to the largest request seen, and freed
- * by a key destructor when the loop retires the thread (idle threads come
- * and go).  This is the "fixed per-thread buffer" of the memory bound.
- */
-struct thread_buf {
-	char *p;
-	size_t cap;
-};
-
-static pthread_key_t tbuf_key;
-static pthread_once_t tbuf_once = PTHREAD_ONCE_INIT;
-
-static void tbuf_free(void *v)
-{
-	struct thread_buf *b = v;
-
-	free(b->p);
-	free(b);
-}
-
-static void tbuf_key_init(void)
-{
-	if (pthread_key_create(&tbuf_key, tbuf_free) != 0)
-		abort(); /* only EAGAIN/ENOMEM at start-up: nothing to serve */
-}
-
-static char *thread_buf(size_t size)
-{
-	struct thread_buf *b;
-
-	pthread_once(&tbuf_once, tbuf_key_init);
-	b = pthread_getspecific(tbuf_key);
-	if (!b) {
-		b = calloc(1, sizeof(*b));
-		if (!b || pthread_setspecific(tbuf_key, b) != 0) {
-			free(b);
-			return NULL;
-		}
-	}
-	if (size > b->cap) {
-		char *p = realloc(b->p, size);
-
-		if (!p)
-			return NULL;
-		b->p = p;
-		b->cap = size;
-	}
-	return b->p ? b->p : (b->p = malloc(1));
 }
 
 /*
@@ -356,61 +216,6 @@ static int reply_segs(fuse_req_t req, const struct us_seg *seg, size_t n)
 	return 0;
 }
 
-/*
- * libfuse splices a reply through a pipe it sizes as one page per segment
- * plus two, plus the reply (fuse_send_data_iov); it cannot grow a pipe past
- * /proc/sys/fs/pipe-max-size (1 MiB by default) and then falls back to a
- * freshly allocated bounce buffer per reply -- a copy, and under glibc's
- * growing mmap threshold, memory that piles up in the threads' arenas.  So
- * a reply is only handed to libfuse when it fits that pipe (fits_pipe), and
- * requests are sized (us_max_read) so that one of up to SPLICE_SEGS
- * segments does; anything else takes our own buffer.
- */
-#define SPLICE_SEGS 5
-
-static size_t pipe_max = 1u << 20;
-static pthread_once_t pipe_max_once = PTHREAD_ONCE_INIT;
-
-static void pipe_max_read(void)
-{
-	FILE *f = fopen("/proc/sys/fs/pipe-max-size", "r");
-	unsigned long v;
-
-	if (f && fscanf(f, "%lu", &v) == 1)
-		pipe_max = v;
-	if (f)
-		fclose(f);
-}
-
-/* The pipe libfuse needs for @size bytes in @nsegs segments, and a page of
- * slack for the reply header. */
-static size_t pipe_need(size_t size, size_t nsegs)
-{
-	return size + (nsegs + 3) * 4096;
-}
-
-static bool fits_pipe(size_t size, size_t nsegs)
-{
-	pthread_once(&pipe_max_once, pipe_max_read);
-	return pipe_need(size, nsegs) <= pipe_max;
-}
-
-unsigned us_max_read(void)
-{
-	size_t slack = pipe_need(0, SPLICE_SEGS), b = 128u << 10;
-
-	pthread_once(&pipe_max_once, pipe_max_read);
-	if (pipe_max > slack + b)
-		b = pipe_max - slack;
-	b -= b % 4096; /* whole pages */
-	return b > (1u << 20) ? 1u << 20 : (unsigned)b;
-}
-
-unsigned us_read_ahead_kb(void)
-{
-	return US_READ_AHEAD_REQS * (us_max_read() / 1024);
-}
-
 static int reply_mapped(fuse_req_t req, const struct us_node *n, size_t size,
 			off_t off, struct fuse_file_info *fi)
 {
@@ -419,7 +224,7 @@ static int reply_mapped(fuse_req_t req, const struct us_node *n, size_t size,
 	enum us_status rc;
 	size_t got;
 
-	if (!fits_pipe(size, 1))
+	if (!us_fits_pipe(size, 1))
 		return -EAGAIN;
 	if (n->kind == US_NODE_PASSTHROUGH) {
 		segv[0] = (struct us_seg){ .fd = (int)fi->fh, .off = (uint64_t)off,
@@ -435,7 +240,7 @@ static int reply_mapped(fuse_req_t req, const struct us_node *n, size_t size,
 	}
 	if (segs.overflow)
 		return -EAGAIN;
-	if (!fits_pipe(size, segs.n))
+	if (!us_fits_pipe(size, segs.n))
 		return -EAGAIN;
 	return reply_segs(req, segv, segs.n);
 }
@@ -445,7 +250,7 @@ static int reply_mapped(fuse_req_t req, const struct us_node *n, size_t size,
 static void reply_buffered(fuse_req_t req, const struct us_node *n,
 			   size_t size, off_t off, struct fuse_file_info *fi)
 {
-	char *buf = thread_buf(size);
+	char *buf = us_thread_buf(size);
 	long long got;
 
 	if (!buf) {
@@ -518,15 +323,14 @@ static void us_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 /*
  * Directory offsets: 0 is the start, entry i (0 ".", 1 "..", then children)
- * is followed by offset i + 1.  readdirplus counts a lookup for every entry
- * it returns except "." and "..", as the kernel expects.
+ * is followed by offset i + 1.
  */
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       bool plus)
 {
 	struct us_tree *t = tree_of(req);
 	struct us_node *d = us_tree_get(t, ino);
-	char *buf = thread_buf(size);
+	char *buf = us_thread_buf(size);
 	size_t pos = 0;
 
 	if (!d || d->kind != US_NODE_DIR || !buf) {
@@ -551,8 +355,6 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 						 name, &e.attr, (off_t)i + 1);
 		if (need > size - pos)
 			break;
-		if (plus && i >= 2)
-			atomic_fetch_add(&t->nodes[cino - 1].nlookup, 1);
 		pos += need;
 	}
 	fuse_reply_buf(req, buf, pos);

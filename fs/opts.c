@@ -40,7 +40,19 @@ void us_opts_usage(FILE *out)
 "                           mount(8)-only options (defaults, auto, noauto,\n"
 "                           user, users, nofail, _netdev, x-*, comment=*);\n"
 "                           -o NAME=VALUE sets the option --NAME=VALUE below\n"
-"                           ('_' for '-'; fstab's way to pass them)\n"
+"                           ('_' for '-'; fstab's way to pass them); any\n"
+"                           other option is an error\n"
+"    -o uid=N,gid=N         owner (numeric ids) of every file and directory\n"
+"                           served (default: as in SOURCE)\n"
+"    -o umask=M             permission bits of everything served: 0555 for\n"
+"                           directories, 0444 (and SOURCE's execute bits)\n"
+"                           for files, less octal M (default: as in SOURCE,\n"
+"                           without write bits)\n"
+"    --views=LIST           which of safetensors,bin,tensors,optimizer\n"
+"                           appear, comma-separated: model.safetensors (or\n"
+"                           its shards), pytorch_model.bin, tensors/,\n"
+"                           optimizer.safetensors and optimizer.json\n"
+"                           (default: all)\n"
 "    --direct-io=on|off     on: read() of the views goes straight into the\n"
 "                           reader's buffer, past the FUSE page cache (large\n"
 "                           reads: faster, less memory; small reads: each a\n"
@@ -84,9 +96,9 @@ void us_opts_usage(FILE *out)
 "    --view=V               safetensors|bin: model.safetensors (or its shards)\n"
 "                           or pytorch_model.bin (default: safetensors)\n"
 "\n"
-"exit status: 0 mounted (or inspect/export done), 1 usage error, 2 the\n"
-"checkpoint cannot be served or written (one line on stderr:\n"
-"unshardfs: <file>: <problem>)\n",
+"exit status: 0 mounted (or inspect/export done), 1 usage error or the\n"
+"mount failed, 2 the checkpoint cannot be served or written (one line on\n"
+"stderr: unshardfs: <file>: <problem>)\n",
 	      out);
 }
 
@@ -103,13 +115,17 @@ static int usage_error(const char *fmt, ...)
 	return -1;
 }
 
-static bool one_of(const char *v, const char *const *allowed)
+/* The index of @v in the NULL-terminated @names, or -1. */
+static int index_of(const char *v, const char *const *names)
 {
-	for (; *allowed; allowed++)
-		if (strcmp(v, *allowed) == 0)
-			return true;
-	return false;
+	for (int i = 0; names[i]; i++)
+		if (strcmp(v, names[i]) == 0)
+			return i;
+	return -1;
 }
+
+const char *const us_format_names[] = {"auto", "safetensors", "torch", "dcp",
+				       "deepspeed", "deepspeed-universal", NULL};
 
 /*
  * Size suffixes, case-insensitive: KB/MB/GB/TB are powers of 1000, as
@@ -128,108 +144,328 @@ static const struct {
 	{"t", 1ull << 40}, {"tib", 1ull << 40}, {"tb", 1000000000000ull},
 };
 
-static bool parse_size(const char *s, uint64_t *out)
+/* A decimal (or, @base 8, octal) number of digits only, at most @max:
+ * strtoull alone takes " 5", "+5" and "-1" (as 2^64 - 1). */
+static bool parse_number(const char *s, int base, uint64_t max, uint64_t *out,
+			 const char **rest)
 {
 	char *end;
 	unsigned long long v;
 
-	if (*s < '0' || *s > '9')
-		return false; /* strtoull takes " 5", "+5" and "-1" (as 2^64 - 1) */
+	if (*s < '0' || *s > (base == 8 ? '7' : '9'))
+		return false;
 	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s)
+	v = strtoull(s, &end, base);
+	if (errno || end == s || v > max)
+		return false;
+	*out = v;
+	if (rest)
+		*rest = end;
+	return rest || *end == '\0';
+}
+
+static bool parse_size(const char *s, uint64_t *out)
+{
+	const char *end;
+	uint64_t v;
+
+	if (!parse_number(s, 10, UINT64_MAX, &v, &end))
 		return false;
 	for (size_t i = 0; i < sizeof(size_units) / sizeof(*size_units); i++)
 		if (!strcasecmp(end, size_units[i].suffix))
-			return !__builtin_mul_overflow((uint64_t)v,
-						       size_units[i].unit, out);
+			return !__builtin_mul_overflow(v, size_units[i].unit, out);
 	return false;
 }
 
+/* ---- one setter per option (the table below names them) ---------------- */
+
+static int set_format(struct us_opts *o, const char *v)
+{
+	int f = index_of(v, us_format_names);
+
+	if (f < 0)
+		return usage_error("unknown --format '%s'", v);
+	o->format = (enum us_format)f;
+	return 0;
+}
+
 /* --dtype as this tool and as torch spell it (torch.bfloat16, "half"). */
-static const char *dtype_name(const char *v)
+static int set_dtype(struct us_opts *o, const char *v)
 {
 	static const struct {
-		const char *alias, *name;
+		const char *alias;
+		bool cast;
+		enum us_dtype to;
 	} aliases[] = {
-		{"keep", "keep"},
-		{"bf16", "bf16"}, {"bfloat16", "bf16"},
-		{"f16", "f16"},   {"fp16", "f16"},  {"float16", "f16"}, {"half", "f16"},
-		{"f32", "f32"},   {"fp32", "f32"},  {"float32", "f32"}, {"float", "f32"},
+		{"keep", false, US_DT_F32},
+		{"bf16", true, US_DT_BF16}, {"bfloat16", true, US_DT_BF16},
+		{"f16", true, US_DT_F16},   {"fp16", true, US_DT_F16},
+		{"float16", true, US_DT_F16}, {"half", true, US_DT_F16},
+		{"f32", true, US_DT_F32},   {"fp32", true, US_DT_F32},
+		{"float32", true, US_DT_F32}, {"float", true, US_DT_F32},
 	};
+	const char *name = strncmp(v, "torch.", 6) ? v : v + 6;
 
-	if (!strncmp(v, "torch.", 6))
-		v += 6;
-	for (size_t i = 0; i < sizeof(aliases) / sizeof(*aliases); i++)
-		if (!strcmp(v, aliases[i].alias))
-			return aliases[i].name;
+	for (size_t i = 0; i < sizeof(aliases) / sizeof(*aliases); i++) {
+		if (strcmp(name, aliases[i].alias) != 0)
+			continue;
+		o->cast = aliases[i].cast;
+		o->cast_to = aliases[i].to;
+		return 0;
+	}
+	return usage_error("unknown --dtype '%s' (keep, bf16, f16, f32 or "
+			   "torch's bfloat16, float16, float32)", v);
+}
+
+/* auto, cpu, cuda or cuda:N, N in digits only and at most 4096. */
+static int set_device(struct us_opts *o, const char *v)
+{
+	uint64_t n = 0;
+
+	o->device_arg = v;
+	if (!strcmp(v, "auto"))
+		return o->device = US_DEVICE_AUTO, 0;
+	if (!strcmp(v, "cpu"))
+		return o->device = US_DEVICE_CPU, 0;
+	if (strcmp(v, "cuda") != 0 &&
+	    (strncmp(v, "cuda:", 5) != 0 || !parse_number(v + 5, 10, 4096, &n, NULL)))
+		return usage_error("unknown --device '%s'", v);
+	o->device = US_DEVICE_CUDA;
+	o->cuda_index = (int)n;
+	return 0;
+}
+
+static int set_ties(struct us_opts *o, const char *v)
+{
+	return us_ties_mode_parse(v, &o->ties) ? 0
+		: usage_error("unknown --ties '%s'", v);
+}
+
+static int set_ds_weights(struct us_opts *o, const char *v)
+{
+	static const char *const names[] = {"fp32", "module", NULL};
+	int w = index_of(v, names);
+
+	if (w < 0)
+		return usage_error("unknown --deepspeed-weights '%s'", v);
+	o->ds_weights = w ? US_DS_WEIGHTS_MODULE : US_DS_WEIGHTS_FP32;
+	return 0;
+}
+
+static int set_direct_io(struct us_opts *o, const char *v)
+{
+	static const char *const names[] = {"off", "on", NULL};
+	int on = index_of(v, names);
+
+	if (on < 0)
+		return usage_error("unknown --direct-io '%s'", v);
+	o->direct_io = on;
+	return 0;
+}
+
+static int set_view(struct us_opts *o, const char *v)
+{
+	static const char *const names[] = {"safetensors", "bin", NULL};
+	int view = index_of(v, names);
+
+	if (view < 0)
+		return usage_error("unknown --view '%s'", v);
+	o->view = view ? US_EXPORT_BIN : US_EXPORT_SAFETENSORS;
+	return 0;
+}
+
+/* The --views names, in the order of the US_VIEW_* bits. */
+static const char *const view_names[] = {"safetensors", "bin", "tensors",
+					 "optimizer", NULL};
+
+/* --views=LIST: comma-separated view_names. */
+static int set_views(struct us_opts *o, const char *v)
+{
+	static const char valid[] = "safetensors, bin, tensors, optimizer";
+	char one[32];
+
+	o->views = 0;
+	o->views_open = true; /* -o views=a,b: b comes as its own item */
+	for (const char *p = v;; p++) {
+		size_t n = strcspn(p, ",");
+		int bit;
+
+		if (n >= sizeof(one))
+			n = sizeof(one) - 1;
+		memcpy(one, p, n);
+		one[n] = '\0';
+		bit = index_of(one, view_names);
+		if (bit < 0)
+			return usage_error("unknown view '%s' in --views=%s "
+					   "(valid: %s)", one, v, valid);
+		o->views |= 1u << bit;
+		p += strcspn(p, ",");
+		if (!*p)
+			return 0;
+	}
+}
+
+static int set_max_shard_size(struct us_opts *o, const char *v)
+{
+	return parse_size(v, &o->max_shard_size) && o->max_shard_size ? 0
+		: usage_error("bad --max-shard-size '%s'", v);
+}
+
+static int set_cache_size(struct us_opts *o, const char *v)
+{
+	return parse_size(v, &o->cache_size) ? 0
+		: usage_error("bad --cache-size '%s'", v);
+}
+
+static int set_strip_prefix(struct us_opts *o, const char *v)
+{
+	if (o->nstrip == US_MAX_STRIP || !*v)
+		return usage_error("bad or too many --strip-prefix '%s'", v);
+	o->strip_prefix[o->nstrip++] = v;
+	return 0;
+}
+
+/* uid= and gid=: a number, as sshfs and ratarmount take them (a name
+ * would need NSS in a daemon that may run from fstab before it is up). */
+static int set_uid(struct us_opts *o, const char *v)
+{
+	uint64_t n;
+
+	if (!parse_number(v, 10, (uid_t)-2, &n, NULL))
+		return usage_error("bad -o uid=%s (a numeric user id)", v);
+	o->uid = (uid_t)n;
+	o->set_uid = true;
+	return 0;
+}
+
+static int set_gid(struct us_opts *o, const char *v)
+{
+	uint64_t n;
+
+	if (!parse_number(v, 10, (gid_t)-2, &n, NULL))
+		return usage_error("bad -o gid=%s (a numeric group id)", v);
+	o->gid = (gid_t)n;
+	o->set_gid = true;
+	return 0;
+}
+
+static int set_umask(struct us_opts *o, const char *v)
+{
+	uint64_t n;
+
+	if (!parse_number(v, 8, 0777, &n, NULL))
+		return usage_error("bad -o umask=%s (octal, 000 to 777)", v);
+	o->umask = (mode_t)n;
+	o->set_umask = true;
+	return 0;
+}
+
+/* Flags: @v is NULL. */
+static int set_no_unwrap(struct us_opts *o, const char *v)
+{
+	(void)v;
+	return o->no_unwrap = true, 0;
+}
+
+static int set_help(struct us_opts *o, const char *v)
+{
+	(void)v;
+	return o->help = true, 0;
+}
+
+static int set_version(struct us_opts *o, const char *v)
+{
+	(void)v;
+	return o->version = true, 0;
+}
+
+static int set_json(struct us_opts *o, const char *v)
+{
+	(void)v;
+	return o->json = true, 0;
+}
+
+/*
+ * Every long option, once: whether it takes a value (then --NAME=VALUE,
+ * --NAME VALUE and -o NAME=VALUE all reach the same setter), and where it
+ * may appear.  -o only: the fstab/sshfs way (uid=, gid=, umask=).
+ */
+enum {
+	AT_MOUNT = 1u << 0,
+	AT_INSPECT = 1u << 1,
+	AT_EXPORT = 1u << 2,
+	AT_ALL = AT_MOUNT | AT_INSPECT | AT_EXPORT,
+	DASH_O_ONLY = 1u << 3, /* -o NAME=VALUE, never --NAME */
+	NOT_DASH_O = 1u << 4,  /* --NAME only */
+};
+
+static const struct opt_def {
+	const char *name; /* without the "--" */
+	bool valued;
+	unsigned where;
+	int (*set)(struct us_opts *o, const char *v);
+} opt_table[] = {
+	{"format", true, AT_ALL, set_format},
+	{"no-unwrap", false, AT_ALL, set_no_unwrap},
+	{"strip-prefix", true, AT_ALL, set_strip_prefix},
+	{"dtype", true, AT_ALL, set_dtype},
+	{"device", true, AT_ALL, set_device},
+	{"cache-size", true, AT_ALL, set_cache_size},
+	{"ties", true, AT_ALL, set_ties},
+	{"deepspeed-weights", true, AT_ALL, set_ds_weights},
+	{"max-shard-size", true, AT_ALL, set_max_shard_size},
+	{"direct-io", true, AT_ALL, set_direct_io},
+	{"views", true, AT_MOUNT, set_views},
+	{"view", true, AT_EXPORT, set_view},
+	{"uid", true, AT_MOUNT | DASH_O_ONLY, set_uid},
+	{"gid", true, AT_MOUNT | DASH_O_ONLY, set_gid},
+	{"umask", true, AT_MOUNT | DASH_O_ONLY, set_umask},
+	{"help", false, AT_ALL | NOT_DASH_O, set_help},
+	{"version", false, AT_ALL | NOT_DASH_O, set_version},
+	{"json", false, AT_INSPECT | NOT_DASH_O, set_json},
+};
+
+static unsigned command_of(const struct us_opts *o)
+{
+	return o->inspect ? AT_INSPECT : o->export_cmd ? AT_EXPORT : AT_MOUNT;
+}
+
+/* The entry named @name (@len bytes) for this command and form, or NULL. */
+static const struct opt_def *opt_find(const struct us_opts *o, const char *name,
+				      size_t len, bool dash_o)
+{
+	for (size_t i = 0; i < sizeof(opt_table) / sizeof(*opt_table); i++) {
+		const struct opt_def *d = &opt_table[i];
+
+		if (strlen(d->name) != len || strncmp(d->name, name, len) != 0)
+			continue;
+		if (!(d->where & command_of(o)) ||
+		    (d->where & (dash_o ? NOT_DASH_O : DASH_O_ONLY)))
+			return NULL;
+		return d;
+	}
 	return NULL;
 }
 
-static bool is_device(const char *v)
+/* A long option @a ("--NAME", "--NAME=VALUE"), the next argument being its
+ * value in the "--NAME VALUE" form.  0, 1 when it is not ours, -1 after a
+ * usage error. */
+static int parse_long(struct us_opts *o, int argc, char **argv, int *i)
 {
-	char *end;
+	const char *a = argv[*i], *eq = strchr(a, '=');
+	size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+	const struct opt_def *d = opt_find(o, a + 2, len, false);
 
-	if (!strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "cuda"))
-		return true;
-	if (strncmp(v, "cuda:", 5) != 0 || v[5] < '0' || v[5] > '9')
-		return false; /* digits only: strtoul takes "-1" */
-	errno = 0;
-	return strtoul(v + 5, &end, 10) <= 4096 && !errno && *end == '\0';
-}
-
-/* --name=value options; returns 1 if handled, 0 if not ours, -1 on error. */
-static int parse_long(struct us_opts *o, const char *a)
-{
-	static const char *const formats[] = {"auto", "safetensors", "torch",
-					      "dcp", "deepspeed",
-					      "deepspeed-universal", NULL};
-	static const char *const ties[] = {"auto", "declared", "off", "equal", NULL};
-	static const char *const views[] = {"safetensors", "bin", NULL};
-	static const char *const weights[] = {"fp32", "module", NULL};
-	static const char *const on_off[] = {"on", "off", NULL};
-	const char *v = strchr(a, '=');
-
-	if (!strcmp(a, "--no-unwrap"))
-		return o->no_unwrap = true, 1;
-	if (!v)
-		return 0;
-	v++;
-	if (!strncmp(a, "--format=", 9))
-		return one_of(v, formats) ? (o->format = v, 1)
-			: usage_error("unknown --format '%s'", v);
-	if (!strncmp(a, "--dtype=", 8))
-		return (o->dtype = dtype_name(v)) ? 1
-			: usage_error("unknown --dtype '%s' (keep, bf16, f16, f32 or "
-				      "torch's bfloat16, float16, float32)", v);
-	if (!strncmp(a, "--ties=", 7))
-		return one_of(v, ties) ? (o->ties = v, 1)
-			: usage_error("unknown --ties '%s'", v);
-	if (!strncmp(a, "--deepspeed-weights=", 20))
-		return one_of(v, weights) ? (o->ds_weights = v, 1)
-			: usage_error("unknown --deepspeed-weights '%s'", v);
-	if (!strncmp(a, "--direct-io=", 12))
-		return one_of(v, on_off) ? (o->direct_io = !strcmp(v, "on"), 1)
-			: usage_error("unknown --direct-io '%s'", v);
-	if (!strncmp(a, "--device=", 9))
-		return is_device(v) ? (o->device = v, 1)
-			: usage_error("unknown --device '%s'", v);
-	if (!strncmp(a, "--view=", 7) && o->export_cmd)
-		return one_of(v, views) ? (o->view = v, 1)
-			: usage_error("unknown --view '%s'", v);
-	if (!strncmp(a, "--max-shard-size=", 17))
-		return parse_size(v, &o->max_shard_size) && o->max_shard_size
-			? 1 : usage_error("bad --max-shard-size '%s'", v);
-	if (!strncmp(a, "--cache-size=", 13))
-		return parse_size(v, &o->cache_size) ? 1
-			: usage_error("bad --cache-size '%s'", v);
-	if (!strncmp(a, "--strip-prefix=", 15)) {
-		if (o->nstrip == US_MAX_STRIP || !*v)
-			return usage_error("bad or too many --strip-prefix '%s'", v);
-		o->strip_prefix[o->nstrip++] = v;
+	if (!d)
 		return 1;
-	}
-	return 0;
+	if (!d->valued)
+		return eq ? usage_error("--%s takes no value", d->name)
+			  : d->set(o, NULL);
+	if (eq)
+		return d->set(o, eq + 1);
+	if (*i + 1 >= argc)
+		return usage_error("%s needs a value", a);
+	return d->set(o, argv[++*i]);
 }
 
 /* Options only mount(8), mount.fuse3 or systemd act on (fstab's fourth
@@ -240,61 +476,115 @@ static bool mount_only(const char *opt)
 		"user", "nouser", "users", "owner", "group", "nofail", "_netdev",
 		"rw", "ro", NULL};
 
-	return one_of(opt, names) || !strncmp(opt, "x-", 2) ||
+	return index_of(opt, names) >= 0 || !strncmp(opt, "x-", 2) ||
 	       !strncmp(opt, "comment=", 8);
 }
 
-/* Copy @s (@n bytes) and a NUL into o->store; NULL when it is full. */
-static char *store(struct us_opts *o, const char *prefix, const char *s,
-		   size_t n)
+/*
+ * What libfuse 3's fuse_session_new accepts (its fuse_ll_opts and
+ * fuse_mount_opts); "NAME=" takes a value.  Anything else it would refuse
+ * with two lines of its own, after SOURCE was read: we refuse it first.
+ */
+static bool fuse_known(const char *opt)
 {
-	size_t plen = strlen(prefix);
+	static const char *const names[] = {"debug", "allow_root",
+		"allow_other", "blkdev", "auto_unmount", "default_permissions",
+		"suid", "nosuid", "dev", "nodev", "exec", "noexec", "async",
+		"sync", "dirsync", "atime", "noatime", NULL};
+	static const char *const valued[] = {"fsname=", "subtype=",
+		"max_read=", "blksize=", "context=", "fscontext=", "defcontext=",
+		"rootcontext=", "user=", NULL};
+
+	if (index_of(opt, names) >= 0)
+		return true;
+	for (size_t i = 0; valued[i]; i++)
+		if (!strncmp(opt, valued[i], strlen(valued[i])) &&
+		    opt[strlen(valued[i])])
+			return true;
+	return false;
+}
+
+/* -o NAME[=VALUE] naming one of our options ('_' for '-', so fstab can
+ * write max_shard_size=2G): 0 handled, 1 not ours, -1 a usage error. */
+static int unshardfs_opt(struct us_opts *o, const char *item)
+{
+	const char *eq = strchr(item, '=');
+	size_t len = eq ? (size_t)(eq - item) : strlen(item);
+	char name[64];
+	const struct opt_def *d;
+
+	if (len >= sizeof(name))
+		return 1;
+	for (size_t i = 0; i < len; i++)
+		name[i] = item[i] == '_' ? '-' : item[i];
+	d = opt_find(o, name, len, true);
+	if (!d)
+		return 1;
+	if (d->valued != !!eq)
+		return usage_error(d->valued ? "-o %s needs a value (-o %s=...)"
+				   : "-o %s takes no value", d->name, d->name);
+	return d->set(o, eq ? eq + 1 : NULL);
+}
+
+/* Copy @s (@n bytes) and a NUL into o->store; NULL when it is full. */
+static char *store(struct us_opts *o, const char *s, size_t n)
+{
 	char *p = o->store + o->nstore;
 
-	if (o->nstore + plen + n + 1 > sizeof(o->store))
+	if (o->nstore + n + 1 > sizeof(o->store))
 		return NULL;
-	memcpy(p, prefix, plen);
-	memcpy(p + plen, s, n);
-	p[plen + n] = '\0';
-	o->nstore += plen + n + 1;
+	memcpy(p, s, n);
+	p[n] = '\0';
+	o->nstore += n + 1;
 	return p;
 }
 
-/* -o NAME[=VALUE] naming one of our long options: 1 handled, 0 not ours,
- * -1 a usage error. */
-static int unshardfs_opt(struct us_opts *o, const char *item)
+/*
+ * -o splits on commas, so "-o views=safetensors,tensors" arrives as
+ * "views=safetensors" and then "tensors": a bare view name right after a
+ * views= item continues its list (no FUSE option has such a name).
+ */
+static bool more_views(struct us_opts *o, const char *opt)
 {
-	char *opt = store(o, "--", item, strlen(item));
-	int rc;
+	int bit = index_of(opt, view_names);
 
-	if (!opt)
-		return usage_error("%s options too long", "-o");
-	for (char *p = opt + 2; *p && *p != '='; p++)
-		if (*p == '_')
-			*p = '-';
-	if (!strcmp(opt, "--view") || !strncmp(opt, "--view=", 7))
-		rc = 0; /* export only */
-	else
-		rc = parse_long(o, opt);
-	if (rc == 0)
-		o->nstore -= strlen(opt) + 1; /* not ours: give it back */
-	return rc;
+	if (!o->views_open || bit < 0)
+		return o->views_open = false;
+	o->views |= 1u << bit;
+	return true;
+}
+
+/* Our options take libfuse's "\," for a comma inside an -o item. */
+static void unescape_commas(char *s)
+{
+	char *d = s;
+
+	for (; *s; s++)
+		if (!(s[0] == '\\' && s[1] == ','))
+			*d++ = *s;
+	*d = '\0';
 }
 
 static int add_one_fuse_opt(struct us_opts *o, const char *item, size_t n)
 {
-	char *opt = store(o, "", item, n);
+	char *opt = store(o, item, n);
+	char *ours = store(o, item, n);
 	int rc;
 
-	if (!opt)
+	if (!opt || !ours)
 		return usage_error("%s options too long", "-o");
-	if (!*opt || mount_only(opt))
+	if (!*opt || mount_only(opt) || more_views(o, opt))
 		return 0;
-	rc = unshardfs_opt(o, opt);
-	if (rc != 0)
-		return rc < 0 ? -1 : 0;
+	unescape_commas(ours);
+	rc = unshardfs_opt(o, ours);
+	if (rc <= 0)
+		return rc;
+	if (!fuse_known(opt))
+		return usage_error("unknown -o option '%s'", opt);
 	if (o->nfuse_opts == US_MAX_FUSE_OPTS)
 		return usage_error("too many %s options", "-o");
+	if (!strcmp(opt, "allow_other") || !strcmp(opt, "allow_root"))
+		o->allow_other = opt; /* fusermount3 wants user_allow_other */
 	o->fuse_opts[o->nfuse_opts++] = opt;
 	return 0;
 }
@@ -308,6 +598,7 @@ static int add_fuse_opt(struct us_opts *o, const char *v)
 		return usage_error("%s needs an argument", "-o");
 	if (o->export_cmd || o->inspect)
 		return usage_error("%s is a mount option", "-o");
+	o->views_open = false;
 	for (p = v; ; p++) {
 		if (*p == '\\' && p[1]) {
 			p++;
@@ -335,12 +626,10 @@ static int parse_short(struct us_opts *o, int argc, char **argv, int *i)
 		return o->debug = o->foreground = true, 0;
 	if (!strcmp(a, "-q"))
 		return o->quiet = true, 0;
-	if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+	if (!strcmp(a, "-h"))
 		return o->help = true, 0;
-	if (!strcmp(a, "-V") || !strcmp(a, "--version"))
+	if (!strcmp(a, "-V"))
 		return o->version = true, 0;
-	if (!strcmp(a, "--json") && o->inspect)
-		return o->json = true, 0;
 	if (!strcmp(a, "-o"))
 		return add_fuse_opt(o, *i + 1 < argc ? argv[++*i] : NULL);
 	if (!strncmp(a, "-o", 2))
@@ -351,44 +640,44 @@ static int parse_short(struct us_opts *o, int argc, char **argv, int *i)
 static void set_defaults(struct us_opts *o)
 {
 	memset(o, 0, sizeof(*o));
-	o->format = "auto";
-	o->dtype = "keep";
-	o->device = "auto";
-	o->ties = "auto";
-	o->ds_weights = "fp32";
-	o->view = "safetensors";
+	o->format = US_FORMAT_AUTO;
+	o->device = US_DEVICE_AUTO;
+	o->device_arg = "auto";
+	o->ties = US_TIES_AUTO;
+	o->ds_weights = US_DS_WEIGHTS_FP32;
+	o->view = US_EXPORT_SAFETENSORS;
+	o->views = US_VIEWS_ALL;
 	o->cache_size = DEFAULT_CACHE_SIZE;
 }
 
-/*
- * "--name value" for an option that takes a value: the getopt_long form of
- * "--name=value".  Returns the joined option in o->store, @a itself when it
- * is not such an option, NULL (after a usage error) when the value is
- * missing or the store is full.
- */
-static const char *joined(struct us_opts *o, int argc, char **argv, int *i)
+/* SOURCE, then MOUNTPOINT (mount) or OUT (export). */
+static int positional(struct us_opts *o, const char *a)
 {
-	static const char *const valued[] = {"--format", "--dtype", "--ties",
-		"--deepspeed-weights", "--direct-io", "--device", "--view",
-		"--max-shard-size", "--cache-size", "--strip-prefix", NULL};
-	const char *a = argv[*i];
-	char buf[4096], *opt;
-	int n;
+	if (!o->source)
+		o->source = a;
+	else if (!o->mountpoint && !o->inspect && !o->export_cmd)
+		o->mountpoint = a;
+	else if (!o->out && o->export_cmd)
+		o->out = a;
+	else
+		return usage_error("unexpected argument '%s'", a);
+	return 0;
+}
 
-	if (!one_of(a, valued) || (!strcmp(a, "--view") && !o->export_cmd))
-		return a;
-	if (*i + 1 >= argc) {
-		usage_error("%s needs a value", a);
-		return NULL;
-	}
-	n = snprintf(buf, sizeof(buf), "%s=%s", a, argv[*i + 1]);
-	opt = n > 0 && (size_t)n < sizeof(buf) ? store(o, "", buf, (size_t)n) : NULL;
-	if (!opt) {
-		usage_error("%s: arguments too long", a);
-		return NULL;
-	}
-	++*i;
-	return opt;
+static int check_complete(const struct us_opts *o)
+{
+	if (o->help || o->version)
+		return 0;
+	if (o->inspect && !o->source)
+		return usage_error("usage: unshardfs inspect [--json] SOURCE");
+	if (o->export_cmd && (!o->source || !o->out))
+		return usage_error("usage: unshardfs export [OPTIONS] SOURCE OUT");
+	if (!o->inspect && !o->export_cmd && (!o->source || !o->mountpoint))
+		return usage_error("usage: unshardfs [OPTIONS] SOURCE MOUNTPOINT");
+	if (o->max_shard_size && o->view != US_EXPORT_SAFETENSORS)
+		return usage_error("--max-shard-size shards the safetensors view, "
+				   "not --view=bin");
+	return 0;
 }
 
 int us_opts_parse(struct us_opts *o, int argc, char **argv)
@@ -406,34 +695,16 @@ int us_opts_parse(struct us_opts *o, int argc, char **argv)
 	for (; i < argc; i++) {
 		const char *a = argv[i];
 
-		if (a[0] == '-' && a[1] == '-' && a[2] && !(a = joined(o, argc, argv, &i)))
-			return -1;
-		if (a[0] == '-' && a[1] == '-' && a[2] && (rc = parse_long(o, a)) != 0) {
+		if (a[0] == '-' && a[1] == '-' && a[2] &&
+		    (rc = parse_long(o, argc, argv, &i)) <= 0) {
 			if (rc < 0)
 				return -1;
 		} else if (a[0] == '-' && a[1]) {
 			if (parse_short(o, argc, argv, &i) < 0)
 				return -1;
-		} else if (!o->source) {
-			o->source = a;
-		} else if (!o->mountpoint && !o->inspect && !o->export_cmd) {
-			o->mountpoint = a;
-		} else if (!o->out && o->export_cmd) {
-			o->out = a;
-		} else {
-			return usage_error("unexpected argument '%s'", a);
+		} else if (positional(o, a) < 0) {
+			return -1;
 		}
 	}
-	if (o->help || o->version)
-		return 0;
-	if (o->inspect && !o->source)
-		return usage_error("usage: unshardfs inspect [--json] SOURCE");
-	if (o->export_cmd && (!o->source || !o->out))
-		return usage_error("usage: unshardfs export [OPTIONS] SOURCE OUT");
-	if (!o->inspect && !o->export_cmd && (!o->source || !o->mountpoint))
-		return usage_error("usage: unshardfs [OPTIONS] SOURCE MOUNTPOINT");
-	if (o->max_shard_size && strcmp(o->view, "safetensors") != 0)
-		return usage_error("--max-shard-size shards the safetensors view, "
-				   "not --view=%s", o->view);
-	return 0;
+	return check_complete(o);
 }

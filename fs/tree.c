@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "pt_prune.h"
+
 struct link {
 	fuse_ino_t parent;
 	struct us_dirent ent;
@@ -122,15 +124,20 @@ static bool root_name_taken(struct us_view *const *views, size_t nviews,
 }
 
 static int tree_add_passthrough(struct builder *b, const struct us_pt_list *pt,
+				const struct us_statedict *sd,
 				struct us_view *const *views, size_t nviews,
 				bool tensors)
 {
 	/* pt entry i becomes node map[i]; parents precede children. */
 	fuse_ino_t *map = calloc(pt->n + 1, sizeof(*map));
+	bool *keep = calloc(pt->n + 1, sizeof(*keep));
 	int rc = 0;
 
-	if (!map)
+	if (!map || !keep || us_pt_keep(pt, sd, keep) < 0) {
+		free(map);
+		free(keep);
 		return -1;
+	}
 	for (size_t i = 0; i < pt->n && rc == 0; i++) {
 		const struct us_pt_entry *e = &pt->v[i];
 		fuse_ino_t parent = e->parent == SIZE_MAX ? FUSE_ROOT_ID
@@ -138,9 +145,10 @@ static int tree_add_passthrough(struct builder *b, const struct us_pt_list *pt,
 		bool dir = S_ISDIR(e->st.st_mode);
 		struct us_node *n;
 
-		if (!parent || (parent == FUSE_ROOT_ID &&
+		if (!parent || !keep[i] || (parent == FUSE_ROOT_ID &&
 				root_name_taken(views, nviews, tensors, e->name)))
-			continue; /* shadowed by a view, or under a skipped dir */
+			continue; /* shadowed by a view, emptied by the reader
+				   * (pt_prune.h), or under a skipped dir */
 		n = tree_add(b->t, dir ? US_NODE_DIR : US_NODE_PASSTHROUGH,
 			     &e->st, dir ? 0 : (uint64_t)e->st.st_size);
 		if (!n) {
@@ -153,6 +161,7 @@ static int tree_add_passthrough(struct builder *b, const struct us_pt_list *pt,
 		rc = link_add(b, parent, e->name, map[i]);
 	}
 	free(map);
+	free(keep);
 	return rc;
 }
 
@@ -355,7 +364,7 @@ int us_tree_build(struct us_tree *t, struct us_view *const *views,
 	}
 	if (tensors && tree_add_tensors(&b, sd, raw) < 0)
 		goto out;
-	if (pt && tree_add_passthrough(&b, pt, views, nviews, tensors) < 0)
+	if (pt && tree_add_passthrough(&b, pt, sd, views, nviews, tensors) < 0)
 		goto out;
 	if (tree_link_dirs(&b) < 0)
 		goto out;
@@ -399,6 +408,21 @@ fuse_ino_t us_tree_lookup(const struct us_node *dir, const char *name)
 	return 0;
 }
 
+/* -o uid=,gid=,umask=: applied last, over what SOURCE says. */
+static void apply_owner(const struct us_tree_owner *o, struct stat *st)
+{
+	if (o->set_uid)
+		st->st_uid = o->uid;
+	if (o->set_gid)
+		st->st_gid = o->gid;
+	if (o->set_umask) {
+		mode_t perm = S_ISDIR(st->st_mode) ? 0555
+			      : 0444 | (st->st_mode & 0111);
+
+		st->st_mode = (st->st_mode & S_IFMT) | (perm & ~o->umask);
+	}
+}
+
 void us_tree_stat(const struct us_tree *t, fuse_ino_t ino, struct stat *st)
 {
 	const struct us_node *n = &t->nodes[ino - 1];
@@ -415,10 +439,12 @@ void us_tree_stat(const struct us_tree *t, fuse_ino_t ino, struct stat *st)
 		mode_t m = st->st_mode & 0555;
 
 		st->st_mode = S_IFDIR | (n->like ? m : m | (m & 0444) >> 2);
+		apply_owner(&t->owner, st);
 		return;
 	}
 	st->st_mode = S_IFREG | (n->like ? st->st_mode & 0555 : t->view_perm);
 	st->st_size = (off_t)n->size;
 	st->st_blksize = 1 << 20;
 	st->st_blocks = (blkcnt_t)((n->size + 511) / 512);
+	apply_owner(&t->owner, st);
 }

@@ -2,10 +2,9 @@
  * tree.h - the inode table of a mount.
  *
  * The tree is built once at mount and never changes, so nodes are never
- * freed while mounted: inode number = index + 1 (FUSE_ROOT_ID is 1).  Lookup
- * counts are still kept honestly (incremented on every entry reply, dropped
- * by forget) so that the discipline holds when later nodes come and go, and
- * so that tests can check it.
+ * freed while mounted: inode number = index + 1 (FUSE_ROOT_ID is 1).  So no
+ * lookup counts are kept: a forget has nothing to free (ops.c).  Should
+ * nodes ever come and go, count lookups then, where they are read.
  *
  * Names and inodes are separate.  A directory holds a sorted array of
  * entries (name -> ino); a node holds what an inode has: kind, size, link
@@ -21,7 +20,6 @@
 
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
@@ -62,7 +60,20 @@ struct us_node {
 		const struct us_view *view;     /* US_NODE_VIEW, US_NODE_TENSOR */
 		const char *relpath;            /* US_NODE_PASSTHROUGH: under srcfd */
 	} u;
-	_Atomic uint64_t nlookup;
+};
+
+/*
+ * -o uid=N,gid=N,umask=M, as sshfs and ratarmount: one owner and one set of
+ * permission bits for everything served, in place of SOURCE's.  With a
+ * umask, directories are 0555 and files 0444 (and SOURCE's execute bits, a
+ * passthrough script stays runnable), less the umask: the mount is
+ * read-only whatever the umask grants.
+ */
+struct us_tree_owner {
+	bool set_uid, set_gid, set_umask;
+	uid_t uid;
+	gid_t gid;
+	mode_t umask;
 };
 
 struct us_tree {
@@ -80,6 +91,7 @@ struct us_tree {
 	struct us_readahead *ra; /* the views' sources read ahead, or NULL */
 	struct us_assembler *as; /* where the views' tensor bytes come from */
 	bool direct_io;          /* --direct-io=on (ops.c, init_ext.h) */
+	struct us_tree_owner owner; /* -o uid=,gid=,umask= (set after build) */
 };
 
 /*

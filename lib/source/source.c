@@ -73,8 +73,8 @@ enum us_status us_source_open(const char *path,
 	*out = NULL;
 	*dirfd_out = -1;
 	if (stat(path, &st) < 0)
-		return us_err_set(err, US_E_IO, ".", "cannot access SOURCE %s: %s",
-				  path, strerror(errno));
+		return us_err_set(err, US_E_IO, ".", "cannot access SOURCE: %s",
+				  strerror(errno));
 	if (S_ISDIR(st.st_mode))
 		dirfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	else
@@ -90,10 +90,10 @@ enum us_status us_source_open(const char *path,
 	}
 	if (!r) {
 		rc = us_err_set(err, US_E_FORMAT, file ? file : ".",
-				"no checkpoint found in %s (looked for safetensors "
+				"no checkpoint found (looked for safetensors "
 				"files or their index, torch.save files (.bin .pt "
 				".pth .ckpt) or their index, a DCP .metadata, a "
-				"DeepSpeed latest or global_step*/)", path);
+				"DeepSpeed latest or global_step*/)");
 		goto fail;
 	}
 	sd = us_sd_new();

@@ -3,7 +3,8 @@ fixtures must be refused at mount, cleanly.
 
 For each case, `unshardfs -f SOURCE MNT` (the real binary, $UNSHARDFS_BUILD/fs/unshardfs)
 must within 5 s: exit with status 2; print exactly one stderr line
-`unshardfs: <path>: <reason>` whose <path> is the offending file relative to SOURCE;
+`unshardfs: <path>: <reason>` whose <path> is the offending file relative to SOURCE
+(SOURCE itself as it was given);
 leave nothing mounted; never echo a foreign file's bytes (a case's `no_echo` strings);
 and never run what a hostile pickle names (its payload would create a marker file). Cases marked `strace` run under `strace -f -e trace=open,openat`
 and must not open any file outside SOURCE (other than the system's: /proc, /dev, /etc,
@@ -110,14 +111,16 @@ def run_case(spec):
         if proc.returncode != 2:
             problems.append(f"exit status {proc.returncode}, not 2")
         lines = err.splitlines()
+        # "." is SOURCE itself, which the line names as it was given
+        expected = [source if p == "." else p for p in spec["path"]]
         if len(lines) != 1:
             problems.append(f"{len(lines)} stderr lines, not 1: {lines[:4]!r}")
         else:
             m = LINE_RE.match(lines[0])
             if not m:
                 problems.append(f"stderr not 'unshardfs: <path>: <reason>': {lines[0]!r}")
-            elif m.group(1) not in spec["path"]:
-                problems.append(f"names {m.group(1)!r}, expected {' or '.join(spec['path'])!r}: "
+            elif m.group(1) not in expected:
+                problems.append(f"names {m.group(1)!r}, expected {' or '.join(expected)!r}: "
                                 f"{lines[0]!r}")
             for s in spec["no_echo"]:
                 if s in lines[0]:

@@ -63,6 +63,13 @@ static bool is_safetensors(const char *name)
 	return us_path_has_suffix(name, ".safetensors");
 }
 
+/* --format=deepspeed on a folder that is no DeepSpeed checkpoint at all
+ * says so, rather than naming a "latest" that is not there. */
+static bool is_global_step(const char *name)
+{
+	return !strncmp(name, "global_step", 11);
+}
+
 static bool ds_probe(int dirfd, const char *file)
 {
 	char tag[DS_TAG_MAX + 1], why[US_DS_TAG_WHY_MAX];
@@ -595,9 +602,16 @@ static enum us_status ds_read_all(struct ds *d)
 	if (!has_model_states(d->dirfd)) {
 		switch (us_ds_tag(d->dirfd, "latest", tag, why)) {
 		case US_DS_TAG_ABSENT:
+			if (!us_dir_any(d->dirfd, is_global_step))
+				return us_err_set(d->err, US_E_FORMAT, ".",
+						  "no DeepSpeed checkpoint here "
+						  "(no latest file, no "
+						  "global_step*/ folder and no "
+						  "*_model_states.pt file)");
 			return us_err_set(d->err, US_E_FORMAT, ".",
 					  "no *_model_states.pt file, and no "
-					  "latest naming a tag directory");
+					  "latest naming a tag directory "
+					  "(mount a global_step*/ folder)");
 		case US_DS_TAG_BAD:
 			return us_err_set(d->err, US_E_FORMAT, "latest", "%s",
 					  why);

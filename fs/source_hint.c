@@ -1,0 +1,162 @@
+/*
+ * source_hint.c - naming SOURCE as given, and suggesting the checkpoint a
+ * user most likely meant (source_hint.h).  Only names and headers are
+ * looked at, through the readers' own probes, so a hint never claims a
+ * checkpoint the mount would not find.
+ */
+#include "source_hint.h"
+
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "source/source.h"
+
+#define HINT_NAMES 3 /* subdirectories named before "and N more" */
+
+static const struct us_reader *const readers[] = {
+	&us_reader_safetensors, &us_reader_torch, &us_reader_dcp,
+	&us_reader_deepspeed, &us_reader_ds_universal,
+};
+
+static bool probes(int dirfd)
+{
+	for (size_t i = 0; i < sizeof(readers) / sizeof(*readers); i++)
+		if (readers[i]->probe(dirfd, NULL))
+			return true;
+	return false;
+}
+
+/* Is @name under @dirfd a directory that a reader recognises? */
+static bool sub_probes(int dirfd, const char *name)
+{
+	int d = openat(dirfd, name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	bool yes;
+
+	if (d < 0)
+		return false;
+	yes = probes(d);
+	close(d);
+	return yes;
+}
+
+bool us_source_recognised(const char *path)
+{
+	int d = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	bool yes;
+
+	if (d < 0)
+		return false;
+	yes = probes(d);
+	close(d);
+	return yes;
+}
+
+/* The revision refs/main names, when it is a snapshot directory. */
+static bool hub_main(int repo, char *rev, size_t cap)
+{
+	int fd = openat(repo, "refs/main", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	ssize_t n;
+	char path[160];
+
+	if (fd < 0)
+		return false;
+	n = read(fd, rev, cap - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	rev[n] = '\0';
+	rev[strcspn(rev, " \t\r\n/")] = '\0';
+	snprintf(path, sizeof(path), "snapshots/%s", rev);
+	return *rev && sub_probes(repo, path);
+}
+
+/* A hub cache repository (models--org--name/ with snapshots/): mount a
+ * snapshot, the one refs/main names when it is a checkpoint. */
+static bool hint_hub(int dirfd, const char *source, char *buf, size_t cap)
+{
+	int snaps = openat(dirfd, "snapshots", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	char rev[128];
+	char **names;
+	size_t n, found = SIZE_MAX;
+
+	if (snaps < 0)
+		return false;
+	if (hub_main(dirfd, rev, sizeof(rev))) {
+		close(snaps);
+		snprintf(buf, cap, "; it is a Hugging Face cache repository: "
+			 "mount its snapshot %s/snapshots/%s", source, rev);
+		return true;
+	}
+	if (us_dirlist(snaps, &names, &n) != US_OK) {
+		close(snaps);
+		return false;
+	}
+	for (size_t i = 0; i < n && found == SIZE_MAX; i++)
+		if (sub_probes(snaps, names[i]))
+			found = i;
+	if (found != SIZE_MAX)
+		snprintf(buf, cap, "; it is a Hugging Face cache repository: "
+			 "mount a snapshot, e.g. %s/snapshots/%s", source,
+			 names[found]);
+	us_dirlist_free(names, n);
+	close(snaps);
+	return found != SIZE_MAX;
+}
+
+/* Checkpoints one level down (a run's checkpoint-500/, checkpoint-1000/):
+ * name a few of them. */
+static bool hint_subdirs(int dirfd, const char *source, char *buf, size_t cap)
+{
+	char **names;
+	size_t n, hits = 0, pos;
+	const char *sep = source[strlen(source) - 1] == '/' ? "" : "/";
+
+	if (us_dirlist(dirfd, &names, &n) != US_OK)
+		return false;
+	pos = (size_t)snprintf(buf, cap, "; checkpoints are in its "
+			       "subdirectories, mount one:");
+	for (size_t i = 0; i < n; i++) {
+		if (!sub_probes(dirfd, names[i]))
+			continue;
+		if (hits++ < HINT_NAMES && pos < cap)
+			pos += (size_t)snprintf(buf + pos, cap - pos, "%s %s%s%s",
+						hits > 1 ? "," : "", source, sep,
+						names[i]);
+	}
+	if (hits > HINT_NAMES && pos < cap)
+		snprintf(buf + pos, cap - pos, " and %zu more",
+			 hits - HINT_NAMES);
+	us_dirlist_free(names, n);
+	return hits > 0;
+}
+
+static void find_hint(const char *source, char *buf, size_t cap)
+{
+	int d = open(source, O_PATH | O_DIRECTORY | O_CLOEXEC);
+
+	buf[0] = '\0';
+	if (d < 0)
+		return;
+	if (!hint_hub(d, source, buf, cap) && !hint_subdirs(d, source, buf, cap))
+		buf[0] = '\0';
+	close(d);
+}
+
+void us_source_refusal(FILE *out, const char *source, const struct us_err *err,
+		       bool hint)
+{
+	char more[1024] = "";
+	const char *msg = err->msg;
+
+	if (hint)
+		find_hint(source, more, sizeof(more));
+	/* "." is SOURCE itself: say it as the user did */
+	if (msg[0] == '.' && msg[1] == ':' && msg[2] == ' ')
+		fprintf(out, "unshardfs: %s: %s%s\n", source, msg + 3, more);
+	else
+		fprintf(out, "unshardfs: %s%s\n", msg, more);
+}
