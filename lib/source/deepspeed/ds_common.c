@@ -189,12 +189,14 @@ enum us_status us_ds_open(struct us_statedict *sd, int dirfd,
 			  struct us_ds_file *f, struct us_arena *a,
 			  struct us_err *err)
 {
-	const char *why = NULL;
+	struct us_err why;
+	enum us_status st;
 
 	US_TRY(us_sd_open_file(sd, dirfd, f->relpath, &f->file, err));
-	if (us_torch_archive_open(&f->ta, sd->files[f->file].fd, 0,
-				  (uint64_t)sd->files[f->file].size, a, &why) < 0)
-		return us_err_set(err, US_E_FORMAT, f->relpath, "%s", why);
+	st = us_torch_archive_open(&f->ta, sd->files[f->file].fd, 0,
+				   (uint64_t)sd->files[f->file].size, a, &why);
+	if (st != US_OK)
+		return us_err_set(err, st, f->relpath, "%s", why.msg);
 	return US_OK;
 }
 
@@ -266,15 +268,16 @@ enum us_status us_ds_add_plain(struct us_statedict *sd,
 			       const struct us_pk *v, struct us_err *err)
 {
 	struct us_torch_tensor tt;
-	const char *why = "not a tensor";
+	struct us_err why;
 	struct us_tensor *t;
 	uint64_t off;
 	int64_t *st;
+	enum us_status rc = us_torch_expect(v, &tt, "not a tensor", &why);
 
-	if (us_torch_match(v, &tt, &why) != 1 ||
-	    us_torch_extent(&f->ta, &tt, &off, &why) < 0)
-		return us_err_set(err, US_E_FORMAT, f->relpath, "'%s': %s",
-				  name, why);
+	if (rc == US_OK)
+		rc = us_torch_extent(&f->ta, &tt, &off, &why);
+	if (rc != US_OK)
+		return us_err_set(err, rc, f->relpath, "'%s': %s", name, why.msg);
 	t = us_sd_add_whole_tensor(sd, name, tt.dtype, tt.ndim, tt.shape,
 				   f->file, off, err);
 	st = us_arena_calloc(&sd->arena, tt.ndim + 1, sizeof(*st));
@@ -347,14 +350,19 @@ enum us_status us_ds_add_frozen_z3(struct us_statedict *sd, struct us_arena *a,
 		const struct us_pk *fr = us_pk_dict_get(us_pk_dict_get(f->ta.root,
 						"frozen_param_fragments"), name);
 		struct us_torch_tensor tt;
-		const char *why = "missing";
+		struct us_err why;
+		enum us_status st = us_torch_expect(fr, &tt, "missing", &why);
 
-		if (!fr || us_torch_match(fr, &tt, &why) != 1 || tt.ndim != 1 ||
-		    (tt.shape[0] > 1 && tt.strides[0] != 1) ||
-		    us_torch_extent(&f->ta, &tt, &segs[r].offset, &why) < 0)
-			return us_err_set(err, US_E_FORMAT, f->relpath,
-					  "frozen fragment '%s': %s", name,
-					  why ? why : "not 1-D contiguous");
+		/* (A fragment that is not 1-D contiguous has always been
+		 * reported "missing": kept so, messages are the contract.) */
+		if (st == US_OK && (tt.ndim != 1 ||
+				    (tt.shape[0] > 1 && tt.strides[0] != 1)))
+			st = us_err_reason(&why, US_E_FORMAT, "missing");
+		if (st == US_OK)
+			st = us_torch_extent(&f->ta, &tt, &segs[r].offset, &why);
+		if (st != US_OK)
+			return us_err_set(err, st, f->relpath,
+					  "frozen fragment '%s': %s", name, why.msg);
 		if (r && tt.dtype != v.dtype)
 			return us_err_set(err, US_E_FORMAT, f->relpath,
 					  "frozen fragment '%s': dtype differs", name);

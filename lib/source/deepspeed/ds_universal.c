@@ -255,14 +255,17 @@ static enum us_status state_tensor(struct uc *u, const struct us_ds_file *f,
 				   uint64_t *off)
 {
 	const struct us_pk *v = f->ta.root;
-	const char *why = "holds no tensor (bare, or under 'param')";
+	struct us_err why;
+	enum us_status st;
 	uint64_t n = 1;
 	int64_t step = 1;
 
 	if (us_pk_is_dictlike(v))
 		v = us_pk_dict_get(v, "param");
-	if (!v || us_torch_match(v, tt, &why) != 1)
-		return us_err_set(u->err, US_E_FORMAT, f->relpath, "%s", why);
+	st = us_torch_expect(v, tt, "holds no tensor (bare, or under 'param')",
+			     &why);
+	if (st != US_OK)
+		return us_err_set(u->err, st, f->relpath, "%s", why.msg);
 	for (uint32_t k = tt->ndim; k-- > 0; step *= (int64_t)tt->shape[k]) {
 		if (tt->shape[k] > 1 && tt->strides[k] != step)
 			return us_err_set(u->err, US_E_FORMAT, f->relpath,
@@ -273,8 +276,9 @@ static enum us_status state_tensor(struct uc *u, const struct us_ds_file *f,
 		return us_err_set(u->err, US_E_FORMAT, f->relpath,
 				  "tensor holds %llu elements, param_shapes say %llu",
 				  (unsigned long long)n, (unsigned long long)numel);
-	if (us_torch_extent(&f->ta, tt, off, &why) < 0)
-		return us_err_set(u->err, US_E_FORMAT, f->relpath, "%s", why);
+	st = us_torch_extent(&f->ta, tt, off, &why);
+	if (st != US_OK)
+		return us_err_set(u->err, st, f->relpath, "%s", why.msg);
 	return US_OK;
 }
 

@@ -305,7 +305,9 @@ static enum us_status segment(struct ds *d, uint32_t r, uint32_t g,
 {
 	const struct us_pk *osd = d->osd[r], *v;
 	struct us_torch_tensor tt;
-	const char *why = "not a tensor", *path = d->optim[r].relpath;
+	const char *path = d->optim[r].relpath;
+	struct us_err why;
+	enum us_status rc;
 
 	if (!slot) {
 		v = us_pk_at(us_pk_dict_get(osd, d->stage == 3 ? "fp32_flat_groups" :
@@ -322,13 +324,17 @@ static enum us_status segment(struct ds *d, uint32_t r, uint32_t g,
 			    st->coll->keys.v[i]->u.i == key.u.i)
 				v = us_pk_dict_get(st->coll->vals.v[i], slot);
 	}
-	if (!v || us_torch_match(v, &tt, &why) != 1 || tt.ndim != 1 ||
-	    (tt.shape[0] > 1 && tt.strides[0] != 1))
-		return us_err_set(d->err, US_E_FORMAT, path, "group %u %s: %s", g,
-				  slot ? slot : "fp32 partition",
-				  why ? why : "not a 1-D contiguous tensor");
-	if (us_torch_extent(&d->optim[r].ta, &tt, &seg->offset, &why) < 0)
-		return us_err_set(d->err, US_E_FORMAT, path, "group %u: %s", g, why);
+	rc = us_torch_expect(v, &tt, "not a tensor", &why);
+	/* (One that is not 1-D contiguous has always been reported "not a
+	 * tensor": kept so, messages are the contract.) */
+	if (rc == US_OK && (tt.ndim != 1 || (tt.shape[0] > 1 && tt.strides[0] != 1)))
+		rc = us_err_reason(&why, US_E_FORMAT, "not a tensor");
+	if (rc != US_OK)
+		return us_err_set(d->err, rc, path, "group %u %s: %s", g,
+				  slot ? slot : "fp32 partition", why.msg);
+	rc = us_torch_extent(&d->optim[r].ta, &tt, &seg->offset, &why);
+	if (rc != US_OK)
+		return us_err_set(d->err, rc, path, "group %u: %s", g, why.msg);
 	if (want == UINT64_MAX)
 		want = tt.shape[0];
 	if (tt.shape[0] < want)
