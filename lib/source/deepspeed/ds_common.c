@@ -16,70 +16,75 @@
 
 /* Read the tag file @fd into @tag, stripped at both ends as DeepSpeed's
  * open(latest).read().strip() does; false with @why when it is no tag. */
-static bool read_tag_text(int fd, char *tag, char *why)
+static bool read_tag_text(int fd, char *tag, struct us_err *why)
 {
 	char buf[US_DS_TAG_MAX + 2];
 	ssize_t n = read(fd, buf, sizeof(buf) - 1);
 	size_t b = 0, e;
 
 	if (n < 0)
-		return snprintf(why, US_DS_TAG_WHY_MAX, "cannot be read: %s",
-				strerror(errno)), false;
+		return us_err_reason(why, US_E_IO, "cannot be read: %s",
+				     strerror(errno)), false;
 	e = (size_t)n;
 	while (b < e && isspace((unsigned char)buf[b]))
 		b++;
 	while (e > b && isspace((unsigned char)buf[e - 1]))
 		e--;
 	if (b == e)
-		return snprintf(why, US_DS_TAG_WHY_MAX, "is empty: it should "
-				"name the checkpoint's tag directory "
-				"(global_step<N>)"), false;
+		return us_err_reason(why, US_E_FORMAT, "is empty: it should "
+				     "name the checkpoint's tag directory "
+				     "(global_step<N>)"), false;
 	if (e - b > US_DS_TAG_MAX)
-		return snprintf(why, US_DS_TAG_WHY_MAX, "holds more than %d "
-				"bytes: not a DeepSpeed tag file (one line "
-				"naming a directory)", US_DS_TAG_MAX), false;
+		return us_err_reason(why, US_E_FORMAT, "holds more than %d "
+				     "bytes: not a DeepSpeed tag file (one line "
+				     "naming a directory)", US_DS_TAG_MAX), false;
 	for (size_t i = b; i < e; i++)
 		if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
-			return snprintf(why, US_DS_TAG_WHY_MAX, "holds %s: not "
-					"a DeepSpeed tag file (one line naming "
-					"a directory)", buf[i] == '\n' ?
-					"several lines" : "bytes that are not "
-					"text"), false;
+			return us_err_reason(why, US_E_FORMAT, "holds %s: not "
+					     "a DeepSpeed tag file (one line "
+					     "naming a directory)",
+					     buf[i] == '\n' ? "several lines" :
+					     "bytes that are not text"), false;
 	memcpy(tag, buf + b, e - b);
 	tag[e - b] = '\0';
 	return true;
 }
 
 /* @tag, which is text, must name a directory inside SOURCE. */
-static enum us_ds_tag check_tag_dir(int dirfd, const char *tag, char *why)
+static enum us_ds_tag check_tag_dir(int dirfd, const char *tag,
+				    struct us_err *why)
 {
 	struct stat st;
 
 	if (tag[0] == '/')
-		snprintf(why, US_DS_TAG_WHY_MAX, "names '%s', outside the "
-			 "checkpoint directory", tag);
+		us_err_reason(why, US_E_FORMAT, "names '%s', outside the "
+			      "checkpoint directory", tag);
 	else if (!us_path_is_inside(tag))
-		snprintf(why, US_DS_TAG_WHY_MAX, "names '%s', which climbs out "
-			 "of the checkpoint directory", tag);
+		us_err_reason(why, US_E_FORMAT, "names '%s', which climbs out "
+			      "of the checkpoint directory", tag);
 	else if (fstatat(dirfd, tag, &st, 0) < 0)
-		snprintf(why, US_DS_TAG_WHY_MAX, "names '%s', which %s", tag,
-			 errno == ENOENT ? "is not there" : strerror(errno));
+		us_err_reason(why, US_E_FORMAT, "names '%s', which %s", tag,
+			      errno == ENOENT ? "is not there" : strerror(errno));
 	else if (!S_ISDIR(st.st_mode))
-		snprintf(why, US_DS_TAG_WHY_MAX, "names '%s', which is not a "
-			 "directory", tag);
+		us_err_reason(why, US_E_FORMAT, "names '%s', which is not a "
+			      "directory", tag);
 	else
 		return US_DS_TAG_DIR;
 	return US_DS_TAG_BAD;
 }
 
-enum us_ds_tag us_ds_tag(int dirfd, const char *name, char *tag, char *why)
+enum us_ds_tag us_ds_tag(int dirfd, const char *name, char *tag,
+			 struct us_err *why)
 {
 	struct stat st;
 	bool ok;
 	int fd;
 
 	*tag = '\0';
-	*why = '\0';
+	if (why) {
+		why->status = US_OK;
+		why->msg[0] = '\0';
+	}
 	/* A dangling symlink is a tag file too: it says something is wrong.
 	 * A directory (or a link to one) is not: other tools keep a "latest"
 	 * link to their newest checkpoint folder, and DeepSpeed never makes
@@ -90,14 +95,14 @@ enum us_ds_tag us_ds_tag(int dirfd, const char *name, char *tag, char *why)
 	/* O_NONBLOCK: a FIFO named latest must not hang the mount */
 	fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0) {
-		snprintf(why, US_DS_TAG_WHY_MAX, "cannot be opened: %s",
-			 strerror(errno));
+		us_err_reason(why, US_E_IO, "cannot be opened: %s",
+			      strerror(errno));
 		return US_DS_TAG_BAD;
 	}
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
-		snprintf(why, US_DS_TAG_WHY_MAX, "is not a regular file: it "
-			 "should hold the checkpoint's tag (global_step<N>)");
+		us_err_reason(why, US_E_FORMAT, "is not a regular file: it "
+			      "should hold the checkpoint's tag (global_step<N>)");
 		return US_DS_TAG_BAD;
 	}
 	ok = read_tag_text(fd, tag, why);

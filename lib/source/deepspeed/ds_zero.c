@@ -65,7 +65,7 @@ static bool is_safetensors(const char *name)
 
 static bool ds_probe(int dirfd, const char *file)
 {
-	char tag[DS_TAG_MAX + 1], why[US_DS_TAG_WHY_MAX];
+	char tag[DS_TAG_MAX + 1];
 	bool yes;
 	int d;
 
@@ -73,7 +73,7 @@ static bool ds_probe(int dirfd, const char *file)
 		return false;
 	if (has_model_states(dirfd))
 		return true;
-	switch (us_ds_tag(dirfd, "latest", tag, why)) {
+	switch (us_ds_tag(dirfd, "latest", tag, NULL)) {
 	case US_DS_TAG_ABSENT:
 		return false;
 	case US_DS_TAG_BAD:
@@ -595,18 +595,19 @@ static enum us_status add_params(struct ds *d)
 
 static enum us_status ds_read_all(struct ds *d)
 {
-	char tag[DS_TAG_MAX + 1], why[US_DS_TAG_WHY_MAX];
+	char tag[DS_TAG_MAX + 1];
+	struct us_err why;
 
 	strcpy(d->where, ".");
 	if (!has_model_states(d->dirfd)) {
-		switch (us_ds_tag(d->dirfd, "latest", tag, why)) {
+		switch (us_ds_tag(d->dirfd, "latest", tag, &why)) {
 		case US_DS_TAG_ABSENT:
 			return us_err_set(d->err, US_E_FORMAT, ".",
 					  "no *_model_states.pt file, and no "
 					  "latest naming a tag directory");
 		case US_DS_TAG_BAD:
-			return us_err_set(d->err, US_E_FORMAT, "latest", "%s",
-					  why);
+			return us_err_set(d->err, why.status, "latest", "%s",
+					  why.msg);
 		case US_DS_TAG_DIR:
 			break;
 		}
