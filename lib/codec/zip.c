@@ -101,9 +101,10 @@ static enum us_status read_zip64(struct us_zip *z, uint64_t eocd,
 }
 
 /* Zip64 extended information: the 8-byte values of the fields that are
- * 0xFFFFFFFF in the fixed part, in the order size, csize, local offset. */
-static int central_zip64(const unsigned char *extra, size_t elen,
-			 uint64_t *size, uint64_t *csize, uint64_t *loff)
+ * 0xFFFFFFFF in the fixed part, in the order size, csize, local offset;
+ * false when the extra field is too short for them. */
+static bool central_zip64(const unsigned char *extra, size_t elen,
+			  uint64_t *size, uint64_t *csize, uint64_t *loff)
 {
 	uint64_t *fields[3] = {size, csize, loff};
 
@@ -111,22 +112,22 @@ static int central_zip64(const unsigned char *extra, size_t elen,
 		size_t id = us_le(extra, 2), dlen = us_le(extra + 2, 2), pos = 4;
 
 		if (dlen > elen - 4)
-			return -1;
+			return false;
 		if (id == 1) {
 			for (int f = 0; f < 3; f++) {
 				if (*fields[f] != 0xFFFFFFFFu)
 					continue;
 				if (pos + 8 > 4 + dlen)
-					return -1;
+					return false;
 				*fields[f] = us_le(extra + pos, 8);
 				pos += 8;
 			}
-			return 0;
+			return true;
 		}
 		extra += 4 + dlen;
 		elen -= 4 + dlen;
 	}
-	return 0;
+	return true;
 }
 
 static enum us_status parse_central(struct us_zip *z, const unsigned char *cd,
@@ -152,8 +153,8 @@ static enum us_status parse_central(struct us_zip *z, const unsigned char *cd,
 		csize = us_le(h + 20, 4);
 		e->size = us_le(h + 24, 4);
 		e->local_off = us_le(h + 42, 4);
-		if (central_zip64(h + CENTRAL_LEN + nlen, elen, &e->size, &csize,
-				  &e->local_off) < 0 || csize != e->size)
+		if (!central_zip64(h + CENTRAL_LEN + nlen, elen, &e->size, &csize,
+				   &e->local_off) || csize != e->size)
 			return us_err_reason(err, US_E_FORMAT, "bad zip64 sizes in the central directory");
 		e->name = us_arena_strndup(a, (const char *)h + CENTRAL_LEN, nlen);
 		if (!e->name)

@@ -101,6 +101,39 @@ static void build2(struct zbuf *z)
 	build(z, 0, 2, names, datas);
 }
 
+/* build2, with the zip64 end record and its locator before the classic
+ * end record, whose fields then say "see zip64" (as torch writes archives
+ * past 4 GiB or 65535 records).  Leaves z->eocd at the zip64 end record. */
+static void build64(struct zbuf *z)
+{
+	size_t cd, e64;
+
+	build2(z);
+	cd = z->central[0];
+	z->n = e64 = z->eocd;
+	put(z, 0x06064b50, 4);
+	put(z, 44, 8);                  /* size of the rest of the record */
+	put(z, 45, 2);
+	put(z, 45, 2);
+	put(z, 0, 8);                   /* disks */
+	put(z, 2, 8);                   /* entries on this disk, in all */
+	put(z, 2, 8);
+	put(z, e64 - cd, 8);
+	put(z, cd, 8);
+	put(z, 0x07064b50, 4);          /* the locator */
+	put(z, 0, 4);
+	put(z, e64, 8);
+	put(z, 1, 4);
+	put(z, 0x06054b50, 4);          /* the classic end record */
+	put(z, 0, 4);
+	put(z, 0xFFFF, 2);
+	put(z, 0xFFFF, 2);
+	put(z, 0xFFFFFFFF, 4);
+	put(z, 0xFFFFFFFF, 4);
+	put(z, 0, 2);
+	z->eocd = e64;
+}
+
 /* Overwrite @bytes little-endian bytes at @off. */
 static void poke(struct zbuf *z, size_t off, uint64_t v, int bytes)
 {
@@ -210,6 +243,27 @@ static void test_valid(void)
 	CHECK(us_zip_find(&o.zip, "") == NULL);
 	CHECK(us_zip_find(&o.zip, "version") != NULL);
 	close_opened(&o);
+}
+
+static void test_zip64(void)
+{
+	struct zbuf z;
+	struct opened o;
+
+	build64(&z);
+	open_at(&o, &z, 0);
+	CHECK(o.st == US_OK && o.zip.n == 2 && o.zip.cd_off == z.central[0]);
+	CHECK(us_zip_find(&o.zip, "data/0") != NULL);
+	close_opened(&o);
+	build64(&z);
+	poke(&z, z.eocd, 0x12345678, 4); /* the locator points at no record */
+	CHECK(open_refused(&z, "bad zip64 end record"));
+	build64(&z);
+	poke(&z, z.eocd + 56 + 8, z.eocd + 1, 8); /* the record runs into it */
+	CHECK(open_refused(&z, "bad zip64 end record"));
+	build64(&z);
+	poke(&z, z.eocd + 40, 1u << 30, 8); /* a cd larger than the archive */
+	CHECK(open_refused(&z, "central directory out of range"));
 }
 
 static void test_truncated(void)
@@ -375,6 +429,7 @@ static void test_nomem(void)
 int main(void)
 {
 	RUN(test_valid);
+	RUN(test_zip64);
 	RUN(test_truncated);
 	RUN(test_refusals);
 	RUN(test_aliased);
