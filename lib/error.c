@@ -4,6 +4,16 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+/* Format @fmt after the first @n bytes of err->msg, already written. */
+static void err_vformat(struct us_err *err, size_t n, const char *fmt, va_list ap)
+{
+	vsnprintf(err->msg + n, sizeof(err->msg) - n, fmt, ap);
+	/* Names come from hostile files: keep the message on one line. */
+	for (char *p = err->msg; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
+}
+
 enum us_status us_err_set(struct us_err *err, enum us_status status,
 			  const char *path, const char *fmt, ...)
 {
@@ -17,12 +27,22 @@ enum us_status us_err_set(struct us_err *err, enum us_status status,
 	if (n < 0 || (size_t)n >= sizeof(err->msg))
 		n = 0;
 	va_start(ap, fmt);
-	vsnprintf(err->msg + n, sizeof(err->msg) - (size_t)n, fmt, ap);
+	err_vformat(err, (size_t)n, fmt, ap);
 	va_end(ap);
-	/* Names come from hostile files: keep the message on one line. */
-	for (char *p = err->msg; *p; p++)
-		if ((unsigned char)*p < 0x20 || *p == 0x7f)
-			*p = '?';
+	return status;
+}
+
+enum us_status us_err_reason(struct us_err *err, enum us_status status,
+			     const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err)
+		return status;
+	err->status = status;
+	va_start(ap, fmt);
+	err_vformat(err, 0, fmt, ap);
+	va_end(ap);
 	return status;
 }
 

@@ -180,15 +180,16 @@ static int mark_scalars(const struct us_statedict *sd, const cJSON *scalars,
 static int mark_json(const struct us_statedict *sd, struct us_tie_evidence *ev,
 		     size_t *entries)
 {
-	const char *why;
 	cJSON *root;
 	int ok;
 
 	if (!sd->optim_json)
 		return 1;
-	root = us_json_parse(sd->optim_json, strlen(sd->optim_json), &why);
-	if (!root)
-		return 0; /* our own rendering: cannot happen, but no evidence */
+	switch (us_json_parse(sd->optim_json, strlen(sd->optim_json), &root, NULL)) {
+	case US_OK: break;
+	case US_E_NOMEM: return -1;
+	default: return 0; /* our own rendering: cannot happen, but no evidence */
+	}
 	ok = mark_groups(sd, cJSON_GetObjectItemCaseSensitive(root, "param_groups"),
 			 ev, entries);
 	if (ok) {
@@ -264,9 +265,13 @@ static void gather_config(int dirfd, struct us_tie_evidence *ev)
 {
 	size_t len = 0;
 	char *text = read_config(dirfd, &len);
-	const char *why;
-	cJSON *cfg = text ? us_json_parse(text, len, &why) : NULL;
+	cJSON *cfg = NULL;
 	uint64_t vocab;
+
+	/* Evidence only: a config.json that does not parse (or out of
+	 * memory) proposes no tie, the safe answer. */
+	if (text)
+		us_json_parse(text, len, &cfg, NULL);
 
 	if (cJSON_IsObject(cfg) && config_ties(cfg) &&
 	    us_json_u64(cJSON_GetObjectItemCaseSensitive(cfg, "vocab_size"), &vocab) &&

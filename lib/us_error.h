@@ -37,6 +37,17 @@ enum us_status us_err_set(struct us_err *err, enum us_status status,
 			  const char *path, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
+/*
+ * us_err_reason - record a failure whose message is a bare reason, with no
+ * "<path>: " in front: the codecs (lib/codec) parse bytes and do not know
+ * which file they came from.  The reader that called one adds the path and
+ * keeps the kind: us_err_set(err, r.status, path, "header %s", r.msg).
+ * Returns @status; @err may be NULL.
+ */
+enum us_status us_err_reason(struct us_err *err, enum us_status status,
+			     const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* us_status_str - a short word for @status ("malformed", "I/O error", ...). */
 const char *us_status_str(enum us_status status);
 

@@ -7,7 +7,7 @@
 
 #define JSON_MAX_EXACT 9007199254740992.0 /* 2^53 */
 
-static bool has_duplicate_keys(const cJSON *obj, int depth);
+static const char dup_key[] = "has a duplicate key (or nests too deeply)";
 
 /* Keys are compared after sorting a pointer array, so this is n log n. */
 static int cmp_key(const void *a, const void *b)
@@ -16,7 +16,7 @@ static int cmp_key(const void *a, const void *b)
 		      (*(const cJSON *const *)b)->string);
 }
 
-static bool object_has_duplicates(const cJSON *obj)
+static enum us_status object_unique(const cJSON *obj, struct us_err *err)
 {
 	size_t n = 0, i = 0;
 	const cJSON *c;
@@ -26,29 +26,30 @@ static bool object_has_duplicates(const cJSON *obj)
 	for (c = obj->child; c; c = c->next)
 		n++;
 	if (n < 2)
-		return false;
+		return US_OK;
 	v = malloc(n * sizeof(*v));
 	if (!v)
-		return true; /* treated as a refusal; memory is the caller's limit */
+		return us_err_reason(err, US_E_NOMEM, "out of memory");
 	for (c = obj->child; c; c = c->next)
 		v[i++] = c;
 	qsort(v, n, sizeof(*v), cmp_key);
 	for (i = 1; i < n && !dup; i++)
 		dup = strcmp(v[i - 1]->string, v[i]->string) == 0;
 	free(v);
-	return dup;
+	return dup ? us_err_reason(err, US_E_FORMAT, "%s", dup_key) : US_OK;
 }
 
-static bool has_duplicate_keys(const cJSON *item, int depth)
+/* No object under @item repeats a key, and none nests past 64 levels. */
+static enum us_status keys_unique(const cJSON *item, int depth,
+				  struct us_err *err)
 {
 	if (depth > 64)
-		return true;
-	if (cJSON_IsObject(item) && object_has_duplicates(item))
-		return true;
+		return us_err_reason(err, US_E_FORMAT, "%s", dup_key);
+	if (cJSON_IsObject(item))
+		US_TRY(object_unique(item, err));
 	for (const cJSON *c = item->child; c; c = c->next)
-		if (has_duplicate_keys(c, depth + 1))
-			return true;
-	return false;
+		US_TRY(keys_unique(c, depth + 1, err));
+	return US_OK;
 }
 
 /* cJSON decodes "\u0000" into a C string that silently ends there: refuse it. */
@@ -67,37 +68,41 @@ static bool has_escaped_nul(const char *text, size_t len)
 	return false;
 }
 
-cJSON *us_json_parse(const char *text, size_t len, const char **why)
+/* Only JSON whitespace may follow the value cJSON parsed up to @end. */
+static bool only_space_after(const char *end, const char *stop)
+{
+	for (; end && end < stop; end++)
+		if (*end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')
+			return false;
+	return true;
+}
+
+enum us_status us_json_parse(const char *text, size_t len, cJSON **out,
+			     struct us_err *err)
 {
 	const char *end = NULL;
+	enum us_status st;
 	cJSON *root;
 
-	if (!us_utf8_valid((const unsigned char *)text, len)) {
-		*why = "is not valid UTF-8";
-		return NULL;
-	}
-	if (has_escaped_nul(text, len)) {
-		*why = "contains an escaped NUL character";
-		return NULL;
-	}
+	*out = NULL;
+	if (!us_utf8_valid((const unsigned char *)text, len))
+		return us_err_reason(err, US_E_FORMAT, "is not valid UTF-8");
+	if (has_escaped_nul(text, len))
+		return us_err_reason(err, US_E_FORMAT,
+				     "contains an escaped NUL character");
+	/* cJSON says NULL for bad syntax and for a failed allocation alike:
+	 * this is the one refusal whose kind cannot be told. */
 	root = cJSON_ParseWithLengthOpts(text, len, &end, false);
-	if (!root) {
-		*why = "is not valid JSON";
-		return NULL;
-	}
-	for (; end && end < text + len; end++) {
-		if (*end != ' ' && *end != '\t' && *end != '\n' && *end != '\r') {
-			*why = "has bytes after the JSON value";
-			cJSON_Delete(root);
-			return NULL;
-		}
-	}
-	if (has_duplicate_keys(root, 0)) {
-		*why = "has a duplicate key (or nests too deeply)";
+	if (!root)
+		return us_err_reason(err, US_E_FORMAT, "is not valid JSON");
+	st = only_space_after(end, text + len) ? keys_unique(root, 0, err) :
+	     us_err_reason(err, US_E_FORMAT, "has bytes after the JSON value");
+	if (st != US_OK) {
 		cJSON_Delete(root);
-		return NULL;
+		return st;
 	}
-	return root;
+	*out = root;
+	return US_OK;
 }
 
 bool us_json_u64(const cJSON *item, uint64_t *out)

@@ -15,12 +15,17 @@
 
 #include <cjson/cJSON.h>
 
+#include "../us_error.h"
+
 /*
  * us_json_parse - parse @len bytes of @text (not NUL-terminated).  Only JSON
  * whitespace may follow the value; duplicate keys in any object are refused.
- * Returns NULL on any failure and points *@why at a short reason.
+ * US_OK with the tree in *@out (the caller's to cJSON_Delete); else *@out
+ * is NULL and @err holds a reason without a path that reads after the
+ * document's name ("is not valid JSON"): US_E_FORMAT, or US_E_NOMEM.
  */
-cJSON *us_json_parse(const char *text, size_t len, const char **why);
+enum us_status us_json_parse(const char *text, size_t len, cJSON **out,
+			     struct us_err *err);
 
 /* us_json_u64 - the exact non-negative integer value of @item. */
 bool us_json_u64(const cJSON *item, uint64_t *out);

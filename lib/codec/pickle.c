@@ -12,6 +12,7 @@
  */
 #include "pickle.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,10 +33,9 @@ struct vm {
 	size_t memo_n, memo_cap; /* open addressing, power-of-two capacity */
 	size_t spent, budget; /* bytes charged, and the bound on them */
 	bool broke;           /* the budget ran out: every failure says so */
+	enum us_status status; /* of the first failure, with its reason: */
 	const char *why;
 };
-
-#define FAIL(vm, msg) ((vm)->why = (vm)->broke ? over_budget : (msg), -1)
 
 /* ---- allocation ----------------------------------------------------------- */
 
@@ -43,12 +43,30 @@ static const char over_budget[] =
 	"its pickle needs more memory to load than the bound for its tensors "
 	"allows (docs/hardening.md, \"Bounds\")";
 
-/* Account for @n more bytes; false (and why set) past the budget. */
+/*
+ * Record a failure and return its status.  Once the budget has run out,
+ * every failure that follows (a NULL node, a refused push) is that one: a
+ * refusal of the file (US_E_FORMAT), not the machine out of memory.
+ */
+static enum us_status fail(struct vm *vm, enum us_status status, const char *why)
+{
+	assert(status != US_OK);
+	vm->status = vm->broke ? US_E_FORMAT : status;
+	vm->why = vm->broke ? over_budget : why;
+	return vm->status;
+}
+
+#define FAIL(vm, msg) fail((vm), US_E_FORMAT, (msg))
+/* An allocation that failed below the budget: the machine's memory. */
+#define NOMEM(vm) fail((vm), US_E_NOMEM, "out of memory")
+
+/* Account for @n more bytes; false (and the failure recorded) past the
+ * budget.  The budget bounds a hostile file, so passing it is a refusal. */
 static bool charge(struct vm *vm, size_t n)
 {
 	if (n > vm->budget - vm->spent) {
 		vm->broke = true;
-		vm->why = over_budget;
+		fail(vm, US_E_FORMAT, over_budget);
 		return false;
 	}
 	vm->spent += n;
@@ -65,24 +83,24 @@ static struct us_pk *node(struct vm *vm, enum us_pk_kind kind)
 	return n;
 }
 
-static int seq_push(struct vm *vm, struct us_pk_seq *s, struct us_pk *v)
+static enum us_status seq_push(struct vm *vm, struct us_pk_seq *s, struct us_pk *v)
 {
 	if (s->n == s->cap) {
 		size_t cap = s->cap ? s->cap * 2 : 4;
 		struct us_pk **nv;
 
 		if (cap > SIZE_MAX / sizeof(*nv) || !charge(vm, cap * sizeof(*nv)))
-			return FAIL(vm, "out of memory");
+			return NOMEM(vm);
 		nv = us_arena_calloc(vm->a, cap, sizeof(*nv));
 		if (!nv)
-			return FAIL(vm, "out of memory");
+			return NOMEM(vm);
 		if (s->n)
 			memcpy(nv, s->v, s->n * sizeof(*nv));
 		s->v = nv;
 		s->cap = cap;
 	}
 	s->v[s->n++] = v;
-	return 0;
+	return US_OK;
 }
 
 static struct us_pk_coll *coll_of(struct vm *vm, struct us_pk *n)
@@ -107,24 +125,24 @@ static struct us_pk *dict_node(struct vm *vm)
 
 /* ---- stacks --------------------------------------------------------------- */
 
-static int push(struct vm *vm, struct us_pk *v)
+static enum us_status push(struct vm *vm, struct us_pk *v)
 {
 	if (!v)
-		return FAIL(vm, "out of memory");
+		return NOMEM(vm);
 	if (vm->sp == vm->scap) {
 		size_t cap = vm->scap ? vm->scap * 2 : 64;
 		void *p;
 
 		if (!charge(vm, (cap - vm->scap) * sizeof(*vm->stack)))
-			return -1;
+			return vm->status;
 		p = realloc(vm->stack, cap * sizeof(*vm->stack));
 		if (!p)
-			return FAIL(vm, "out of memory");
+			return NOMEM(vm);
 		vm->stack = p;
 		vm->scap = cap;
 	}
 	vm->stack[vm->sp++] = v;
-	return 0;
+	return US_OK;
 }
 
 /* The top of the stack, which must not be a MARK (or below the last one). */
@@ -144,31 +162,31 @@ static struct us_pk *pop(struct vm *vm)
 	return v;
 }
 
-static int push_mark(struct vm *vm)
+static enum us_status push_mark(struct vm *vm)
 {
 	if (vm->nmarks == vm->mcap) {
 		size_t cap = vm->mcap ? vm->mcap * 2 : 16;
 		void *p;
 
 		if (!charge(vm, (cap - vm->mcap) * sizeof(*vm->marks)))
-			return -1;
+			return vm->status;
 		p = realloc(vm->marks, cap * sizeof(*vm->marks));
 		if (!p)
-			return FAIL(vm, "out of memory");
+			return NOMEM(vm);
 		vm->marks = p;
 		vm->mcap = cap;
 	}
 	vm->marks[vm->nmarks++] = vm->sp;
-	return 0;
+	return US_OK;
 }
 
 /* Pop to the last MARK: the items are stack[*from .. sp). */
-static int pop_mark(struct vm *vm, size_t *from)
+static enum us_status pop_mark(struct vm *vm, size_t *from)
 {
 	if (!vm->nmarks)
 		return FAIL(vm, "no MARK on the stack");
 	*from = vm->marks[--vm->nmarks];
-	return 0;
+	return US_OK;
 }
 
 /* ---- memo ----------------------------------------------------------------- */
@@ -182,7 +200,7 @@ static struct memo_slot *memo_find(struct vm *vm, uint32_t key)
 	return &vm->memo[i];
 }
 
-static int memo_put(struct vm *vm, uint32_t key, struct us_pk *v)
+static enum us_status memo_put(struct vm *vm, uint32_t key, struct us_pk *v)
 {
 	struct memo_slot *s;
 
@@ -195,13 +213,13 @@ static int memo_put(struct vm *vm, uint32_t key, struct us_pk *v)
 		vm->memo_cap = ocap ? ocap * 2 : 256;
 		if (!charge(vm, (vm->memo_cap - ocap) * sizeof(*vm->memo))) {
 			vm->memo_cap = ocap;
-			return -1;
+			return vm->status;
 		}
 		vm->memo = calloc(vm->memo_cap, sizeof(*vm->memo));
 		if (!vm->memo) {
 			vm->memo = old;
 			vm->memo_cap = ocap;
-			return FAIL(vm, "out of memory");
+			return NOMEM(vm);
 		}
 		for (size_t i = 0; i < ocap; i++)
 			if (old[i].used)
@@ -214,10 +232,10 @@ static int memo_put(struct vm *vm, uint32_t key, struct us_pk *v)
 	s->used = true;
 	s->key = key;
 	s->val = v;
-	return 0;
+	return US_OK;
 }
 
-static int memo_get(struct vm *vm, uint32_t key)
+static enum us_status memo_get(struct vm *vm, uint32_t key)
 {
 	struct memo_slot *s = vm->memo_cap ? memo_find(vm, key) : NULL;
 
@@ -228,9 +246,9 @@ static int memo_get(struct vm *vm, uint32_t key)
 
 /* ---- reading the input ---------------------------------------------------- */
 
-static int need(struct vm *vm, size_t n)
+static enum us_status need(struct vm *vm, size_t n)
 {
-	return (size_t)(vm->end - vm->p) >= n ? 0 : FAIL(vm, "truncated");
+	return (size_t)(vm->end - vm->p) >= n ? US_OK : FAIL(vm, "truncated");
 }
 
 static uint64_t rd_le(struct vm *vm, unsigned n)
@@ -244,7 +262,7 @@ static uint64_t rd_le(struct vm *vm, unsigned n)
 }
 
 /* A string of @n bytes from the input, copied NUL-terminated. */
-static int push_string(struct vm *vm, enum us_pk_kind kind, uint64_t n)
+static enum us_status push_string(struct vm *vm, enum us_pk_kind kind, uint64_t n)
 {
 	struct us_pk *s;
 	char *copy;
@@ -253,17 +271,17 @@ static int push_string(struct vm *vm, enum us_pk_kind kind, uint64_t n)
 		return FAIL(vm, "string runs past the end");
 	s = node(vm, kind);
 	if (!s || !charge(vm, (size_t)n + 1))
-		return -1;
+		return s ? vm->status : NOMEM(vm);
 	copy = us_arena_strndup(vm->a, (const char *)vm->p, (size_t)n);
 	if (!copy)
-		return FAIL(vm, "out of memory");
+		return NOMEM(vm);
 	s->u.str.s = copy;
 	s->u.str.len = (size_t)n;
 	vm->p += n;
 	return push(vm, s);
 }
 
-static int push_int(struct vm *vm, int64_t v)
+static enum us_status push_int(struct vm *vm, int64_t v)
 {
 	struct us_pk *n = node(vm, US_PK_INT);
 
@@ -273,7 +291,7 @@ static int push_int(struct vm *vm, int64_t v)
 }
 
 /* LONG1/LONG4: little-endian two's complement of @n bytes. */
-static int push_long(struct vm *vm, uint64_t n)
+static enum us_status push_long(struct vm *vm, uint64_t n)
 {
 	struct us_pk *v;
 	uint64_t u = 0;
@@ -296,7 +314,7 @@ static int push_long(struct vm *vm, uint64_t n)
 }
 
 /* Protocol-0 text line (INT, LONG, GLOBAL): up to '\n'. */
-static int read_line(struct vm *vm, const char **s, size_t *len)
+static enum us_status read_line(struct vm *vm, const char **s, size_t *len)
 {
 	const unsigned char *nl = memchr(vm->p, '\n', (size_t)(vm->end - vm->p));
 
@@ -305,39 +323,38 @@ static int read_line(struct vm *vm, const char **s, size_t *len)
 	*s = (const char *)vm->p;
 	*len = (size_t)(nl - vm->p);
 	vm->p = nl + 1;
-	return 0;
+	return US_OK;
 }
 
-static int push_global(struct vm *vm, const char *mod, size_t mlen,
-		       const char *name, size_t nlen)
+static enum us_status push_global(struct vm *vm, const char *mod, size_t mlen,
+				  const char *name, size_t nlen)
 {
 	struct us_pk *g = node(vm, US_PK_GLOBAL);
 
 	if (!g || !charge(vm, mlen + nlen + 2))
-		return FAIL(vm, "out of memory");
+		return NOMEM(vm);
 	g->u.global.module = us_arena_strndup(vm->a, mod, mlen);
 	g->u.global.name = us_arena_strndup(vm->a, name, nlen);
 	if (!g->u.global.module || !g->u.global.name)
-		return FAIL(vm, "out of memory");
+		return NOMEM(vm);
 	return push(vm, g);
 }
 
 /* ---- opcodes that build containers ---------------------------------------- */
 
-static int make_seq(struct vm *vm, enum us_pk_kind kind, size_t from)
+static enum us_status make_seq(struct vm *vm, enum us_pk_kind kind, size_t from)
 {
 	struct us_pk *t = node(vm, kind);
 
 	if (!t)
-		return FAIL(vm, "out of memory");
+		return NOMEM(vm);
 	for (size_t i = from; i < vm->sp; i++)
-		if (seq_push(vm, &t->u.seq, vm->stack[i]) < 0)
-			return -1;
+		US_TRY(seq_push(vm, &t->u.seq, vm->stack[i]));
 	vm->sp = from;
 	return push(vm, t);
 }
 
-static int tuple_n(struct vm *vm, size_t n)
+static enum us_status tuple_n(struct vm *vm, size_t n)
 {
 	size_t floor = vm->nmarks ? vm->marks[vm->nmarks - 1] : 0;
 
@@ -347,7 +364,7 @@ static int tuple_n(struct vm *vm, size_t n)
 }
 
 /* SETITEM(S): pairs stack[from..sp) into the dict (or dict-like call) below. */
-static int set_items(struct vm *vm, size_t from)
+static enum us_status set_items(struct vm *vm, size_t from)
 {
 	struct us_pk *d;
 	struct us_pk_coll *c;
@@ -360,17 +377,17 @@ static int set_items(struct vm *vm, size_t from)
 		return FAIL(vm, "SETITEMS on something that is not a dict");
 	c = coll_of(vm, d);
 	if (!c)
-		return FAIL(vm, "out of memory");
-	for (size_t i = from; i < vm->sp; i += 2)
-		if (seq_push(vm, &c->keys, vm->stack[i]) < 0 ||
-		    seq_push(vm, &c->vals, vm->stack[i + 1]) < 0)
-			return -1;
+		return NOMEM(vm);
+	for (size_t i = from; i < vm->sp; i += 2) {
+		US_TRY(seq_push(vm, &c->keys, vm->stack[i]));
+		US_TRY(seq_push(vm, &c->vals, vm->stack[i + 1]));
+	}
 	vm->sp = from;
-	return 0;
+	return US_OK;
 }
 
 /* APPEND(S) / ADDITEMS: into the list, set or list-like call below. */
-static int append_items(struct vm *vm, size_t from)
+static enum us_status append_items(struct vm *vm, size_t from)
 {
 	struct us_pk *l;
 	struct us_pk_seq *s;
@@ -385,13 +402,12 @@ static int append_items(struct vm *vm, size_t from)
 	else
 		return FAIL(vm, "APPENDS on something that is not a list");
 	for (size_t i = from; i < vm->sp; i++)
-		if (seq_push(vm, s, vm->stack[i]) < 0)
-			return -1;
+		US_TRY(seq_push(vm, s, vm->stack[i]));
 	vm->sp = from;
-	return 0;
+	return US_OK;
 }
 
-static int op_call(struct vm *vm)
+static enum us_status op_call(struct vm *vm)
 {
 	struct us_pk *args = pop(vm), *fn = pop(vm), *c;
 
@@ -399,13 +415,13 @@ static int op_call(struct vm *vm)
 		return FAIL(vm, "REDUCE/NEWOBJ without callable and argument tuple");
 	c = node(vm, US_PK_CALL);
 	if (!c)
-		return FAIL(vm, "out of memory");
+		return NOMEM(vm);
 	c->u.call.fn = fn;
 	c->u.call.args = args;
 	return push(vm, c);
 }
 
-static int op_build(struct vm *vm)
+static enum us_status op_build(struct vm *vm)
 {
 	struct us_pk *state = pop(vm), *obj = top(vm);
 
@@ -414,10 +430,10 @@ static int op_build(struct vm *vm)
 	if (obj->kind == US_PK_CALL)
 		obj->u.call.state = state;
 	/* BUILD on anything else (a global) is state we have no use for. */
-	return 0;
+	return US_OK;
 }
 
-static int op_stack_global(struct vm *vm)
+static enum us_status op_stack_global(struct vm *vm)
 {
 	struct us_pk *name = pop(vm), *mod = pop(vm);
 
@@ -427,25 +443,24 @@ static int op_stack_global(struct vm *vm)
 			   name->u.str.len);
 }
 
-static int op_text_global(struct vm *vm)
+static enum us_status op_text_global(struct vm *vm)
 {
 	const char *mod, *name;
 	size_t ml, nl;
 
-	if (read_line(vm, &mod, &ml) < 0 || read_line(vm, &name, &nl) < 0)
-		return -1;
+	US_TRY(read_line(vm, &mod, &ml));
+	US_TRY(read_line(vm, &name, &nl));
 	return push_global(vm, mod, ml, name, nl);
 }
 
-static int op_text_int(struct vm *vm, bool is_long)
+static enum us_status op_text_int(struct vm *vm, bool is_long)
 {
 	const char *s;
 	size_t len;
 	char buf[32], *end;
 	long long v;
 
-	if (read_line(vm, &s, &len) < 0)
-		return -1;
+	US_TRY(read_line(vm, &s, &len));
 	if (is_long && len && s[len - 1] == 'L')
 		len--;
 	if (len == 0 || len >= sizeof(buf))
@@ -465,13 +480,12 @@ static int op_text_int(struct vm *vm, bool is_long)
 	return push_int(vm, v);
 }
 
-static int op_binfloat(struct vm *vm)
+static enum us_status op_binfloat(struct vm *vm)
 {
 	struct us_pk *f;
 	uint64_t bits = 0;
 
-	if (need(vm, 8) < 0)
-		return -1;
+	US_TRY(need(vm, 8));
 	for (int i = 0; i < 8; i++) /* big-endian */
 		bits = bits << 8 | vm->p[i];
 	vm->p += 8;
@@ -481,7 +495,7 @@ static int op_binfloat(struct vm *vm)
 	return push(vm, f);
 }
 
-static int push_bool(struct vm *vm, bool b)
+static enum us_status push_bool(struct vm *vm, bool b)
 {
 	struct us_pk *n = node(vm, US_PK_BOOL);
 
@@ -490,7 +504,7 @@ static int push_bool(struct vm *vm, bool b)
 	return push(vm, n);
 }
 
-static int op_persid(struct vm *vm)
+static enum us_status op_persid(struct vm *vm)
 {
 	struct us_pk *id = pop(vm), *n;
 
@@ -505,12 +519,11 @@ static int op_persid(struct vm *vm)
 /* ---- the dispatch loop ---------------------------------------------------- */
 
 /* Opcodes with a little-endian length or index operand of @n bytes. */
-static int op_sized(struct vm *vm, unsigned char op, unsigned n)
+static enum us_status op_sized(struct vm *vm, unsigned char op, unsigned n)
 {
 	uint64_t v;
 
-	if (need(vm, n) < 0)
-		return -1;
+	US_TRY(need(vm, n));
 	v = rd_le(vm, n);
 	switch (op) {
 	case 'J': return push_int(vm, (int32_t)(uint32_t)v);   /* BININT */
@@ -523,7 +536,7 @@ static int op_sized(struct vm *vm, unsigned char op, unsigned n)
 		return push_string(vm, US_PK_STR, v);
 	case 0x8a: case 0x8b:
 		return push_long(vm, v);
-	case 0x95: return 0;                                   /* FRAME */
+	case 0x95: return US_OK;                               /* FRAME */
 	}
 	return FAIL(vm, "internal: unknown sized opcode");
 }
@@ -543,7 +556,7 @@ static unsigned operand_size(unsigned char op)
 	return 0;
 }
 
-static int step(struct vm *vm, unsigned char op)
+static enum us_status step(struct vm *vm, unsigned char op)
 {
 	size_t from;
 	unsigned n = operand_size(op);
@@ -552,12 +565,11 @@ static int step(struct vm *vm, unsigned char op)
 		return op_sized(vm, op, n);
 	switch (op) {
 	case 0x80: /* PROTO */
-		if (need(vm, 1) < 0)
-			return -1;
-		return vm->p++[0] <= 5 ? 0 : FAIL(vm, "pickle protocol above 5");
+		US_TRY(need(vm, 1));
+		return vm->p++[0] <= 5 ? US_OK : FAIL(vm, "pickle protocol above 5");
 	case '(': return push_mark(vm);
-	case '0': return pop(vm) ? 0 : FAIL(vm, "POP on an empty stack");
-	case '1': return pop_mark(vm, &from) < 0 ? -1 : (vm->sp = from, 0);
+	case '0': return pop(vm) ? US_OK : FAIL(vm, "POP on an empty stack");
+	case '1': US_TRY(pop_mark(vm, &from)); vm->sp = from; return US_OK;
 	case '2': return top(vm) ? push(vm, top(vm)) : FAIL(vm, "DUP on an empty stack");
 	case 'N': return push(vm, node(vm, US_PK_NONE));
 	case 0x88: return push_bool(vm, true);
@@ -569,12 +581,12 @@ static int step(struct vm *vm, unsigned char op)
 	case ']': return push(vm, node(vm, US_PK_LIST));
 	case '}': return push(vm, dict_node(vm));
 	case 0x8f: return push(vm, node(vm, US_PK_SET));
-	case 't': return pop_mark(vm, &from) < 0 ? -1 : make_seq(vm, US_PK_TUPLE, from);
-	case 'l': return pop_mark(vm, &from) < 0 ? -1 : make_seq(vm, US_PK_LIST, from);
-	case 0x91: return pop_mark(vm, &from) < 0 ? -1 : make_seq(vm, US_PK_SET, from);
+	case 't': US_TRY(pop_mark(vm, &from)); return make_seq(vm, US_PK_TUPLE, from);
+	case 'l': US_TRY(pop_mark(vm, &from)); return make_seq(vm, US_PK_LIST, from);
+	case 0x91: US_TRY(pop_mark(vm, &from)); return make_seq(vm, US_PK_SET, from);
 	case 'd':
-		if (pop_mark(vm, &from) < 0 || push(vm, dict_node(vm)) < 0)
-			return -1;
+		US_TRY(pop_mark(vm, &from));
+		US_TRY(push(vm, dict_node(vm)));
 		/* Move the dict (just pushed) below its items, then set them.
 		 * (This used to drop the last item -- sp-- after the move -- so
 		 * every protocol-0 dict with items was refused or truncated.) */
@@ -590,10 +602,11 @@ static int step(struct vm *vm, unsigned char op)
 	case 0x86: return tuple_n(vm, 2);
 	case 0x87: return tuple_n(vm, 3);
 	case 's': return vm->sp >= 2 ? set_items(vm, vm->sp - 2) : FAIL(vm, "bad SETITEM");
-	case 'u': return pop_mark(vm, &from) < 0 ? -1 : set_items(vm, from);
+	case 'u': US_TRY(pop_mark(vm, &from)); return set_items(vm, from);
 	case 'a': return vm->sp >= 1 ? append_items(vm, vm->sp - 1) : FAIL(vm, "bad APPEND");
 	case 'e': case 0x90:
-		return pop_mark(vm, &from) < 0 ? -1 : append_items(vm, from);
+		US_TRY(pop_mark(vm, &from));
+		return append_items(vm, from);
 	case 'c': return op_text_global(vm);
 	case 0x93: return op_stack_global(vm);
 	case 'R': case 0x81: return op_call(vm);
@@ -606,11 +619,12 @@ static int step(struct vm *vm, unsigned char op)
 	return FAIL(vm, "unsupported pickle opcode");
 }
 
-int us_pickle_load(const unsigned char *data, size_t len, struct us_arena *arena,
-		   struct us_pk **out, size_t *used, const char **why)
+enum us_status us_pickle_load(const unsigned char *data, size_t len,
+			      struct us_arena *arena, struct us_pk **out,
+			      size_t *used, struct us_err *err)
 {
 	return us_pickle_load_bounded(data, len, arena, us_pickle_budget(len, 0),
-				      out, used, why);
+				      out, used, err);
 }
 
 size_t us_pickle_budget(size_t len, size_t nrecords)
@@ -626,32 +640,35 @@ size_t us_pickle_budget(size_t len, size_t nrecords)
 	return b;
 }
 
-int us_pickle_load_bounded(const unsigned char *data, size_t len,
-			   struct us_arena *arena, size_t budget,
-			   struct us_pk **out, size_t *used, const char **why)
+/* Run opcodes up to STOP; US_OK with the one value left on the stack. */
+static enum us_status run(struct vm *vm)
+{
+	while (vm->p < vm->end) {
+		unsigned char op = *vm->p++;
+
+		if (op == '.') /* STOP */
+			return vm->sp == 1 && !vm->nmarks ? US_OK :
+			       FAIL(vm, "STOP with a stack that is not one value");
+		US_TRY(step(vm, op));
+	}
+	return FAIL(vm, "no STOP opcode: truncated");
+}
+
+enum us_status us_pickle_load_bounded(const unsigned char *data, size_t len,
+				      struct us_arena *arena, size_t budget,
+				      struct us_pk **out, size_t *used,
+				      struct us_err *err)
 {
 	struct vm vm = { .p = data, .end = data + len, .a = arena,
 			 .budget = budget };
-	int rc = -1;
+	enum us_status rc = run(&vm);
 
-	while (vm.p < vm.end) {
-		unsigned char op = *vm.p++;
-
-		if (op == '.') { /* STOP */
-			if (vm.sp != 1 || vm.nmarks)
-				vm.why = "STOP with a stack that is not one value";
-			else
-				rc = 0;
-			break;
-		}
-		if (step(&vm, op) < 0)
-			break;
-	}
-	if (rc == 0) {
+	if (rc == US_OK) {
 		*out = vm.stack[0];
 		*used = (size_t)(vm.p - data);
 	} else {
-		*why = vm.why ? vm.why : "no STOP opcode: truncated";
+		assert(vm.why && rc == vm.status);
+		us_err_reason(err, rc, "%s", vm.why);
 	}
 	free(vm.stack);
 	free(vm.marks);

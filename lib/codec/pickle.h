@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "../arena.h"
+#include "../us_error.h"
 
 enum us_pk_kind {
 	US_PK_NONE,
@@ -78,10 +79,13 @@ struct us_pk {
  * us_pickle_load - run @len bytes of @data.  On success *@out is the value
  * at STOP, allocated in @arena, and *@used is the number of bytes consumed
  * (the pickle is self-delimiting; bytes after STOP are not read).  On failure
- * returns -1 and points *@why at a static reason.
+ * @err holds the reason, without a path (us_err_reason): US_E_FORMAT for a
+ * malformed, truncated or unsupported pickle and for one past its memory
+ * bound, US_E_NOMEM when an allocation below that bound failed.
  */
-int us_pickle_load(const unsigned char *data, size_t len, struct us_arena *arena,
-		   struct us_pk **out, size_t *used, const char **why);
+enum us_status us_pickle_load(const unsigned char *data, size_t len,
+			      struct us_arena *arena, struct us_pk **out,
+			      size_t *used, struct us_err *err);
 
 /*
  * Memory a pickle may take to load (docs/hardening.md, "Bounds"): a fixed
@@ -102,9 +106,10 @@ size_t us_pickle_budget(size_t len, size_t nrecords);
  * the memory is taken) once the VM's nodes, strings, stacks and memo would
  * take more than @budget bytes.
  */
-int us_pickle_load_bounded(const unsigned char *data, size_t len,
-			   struct us_arena *arena, size_t budget,
-			   struct us_pk **out, size_t *used, const char **why);
+enum us_status us_pickle_load_bounded(const unsigned char *data, size_t len,
+				      struct us_arena *arena, size_t budget,
+				      struct us_pk **out, size_t *used,
+				      struct us_err *err);
 
 /* Helpers for pattern matching. */
 bool us_pk_is_global(const struct us_pk *p, const char *module, const char *name);

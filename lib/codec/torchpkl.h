@@ -15,6 +15,7 @@
 #ifndef US_TORCHPKL_H
 #define US_TORCHPKL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "pickle.h"
@@ -33,15 +34,28 @@ struct us_torch_tensor {
 };
 
 /*
- * us_torch_match - is @p a tensor rebuild?  Returns 1 and fills @t, 0 when
- * @p is not a tensor, or -1 when it is a tensor we cannot serve (a sparse,
- * quantized or meta tensor, a dtype safetensors cannot name): *@why says so.
+ * The functions below that return an enum us_status leave, on failure, a
+ * reason without a path in @err (us_err_reason), for the reader to prefix:
+ * US_E_FORMAT for a malformed pickle or archive, US_E_UNSUPPORTED for a
+ * well-formed tensor these views cannot serve, US_E_IO and US_E_NOMEM.
  */
-int us_torch_match(const struct us_pk *p, struct us_torch_tensor *t,
-		   const char **why);
 
-/* us_torch_dtype - the dtype a torch.<name> global names; -1 if none. */
-int us_torch_dtype(const struct us_pk *g, enum us_dtype *dt);
+/*
+ * us_torch_match - is @p a tensor rebuild?  US_OK with *@found true and @t
+ * filled, or *@found false when @p is not a tensor; a failure when it is a
+ * tensor we cannot serve (a sparse, quantized or meta tensor, a dtype
+ * safetensors cannot name: US_E_UNSUPPORTED) or a malformed one.
+ */
+enum us_status us_torch_match(const struct us_pk *p, struct us_torch_tensor *t,
+			      bool *found, struct us_err *err);
+
+/* us_torch_expect - us_torch_match where a tensor must be: a @p that is
+ * none (or NULL) is US_E_FORMAT, with @missing as the reason. */
+enum us_status us_torch_expect(const struct us_pk *p, struct us_torch_tensor *t,
+			       const char *missing, struct us_err *err);
+
+/* us_torch_dtype - the dtype a torch.<name> global names; false if none. */
+bool us_torch_dtype(const struct us_pk *g, enum us_dtype *dt);
 
 struct us_torch_archive {
 	struct us_zip zip;
@@ -49,26 +63,27 @@ struct us_torch_archive {
 };
 
 /* us_torch_archive_open - the zip at [@base, @base + @len) of @fd and its
- * data.pkl.  Returns 0, or -1 with *@why set. */
-int us_torch_archive_open(struct us_torch_archive *ta, int fd, uint64_t base,
-			  uint64_t len, struct us_arena *a, const char **why);
+ * data.pkl. */
+enum us_status us_torch_archive_open(struct us_torch_archive *ta, int fd,
+				     uint64_t base, uint64_t len,
+				     struct us_arena *a, struct us_err *err);
 
 /*
- * us_torch_span_fits - 0 when every element @t's shape, strides and
+ * us_torch_span_fits - US_OK when every element @t's shape, strides and
  * storage_offset address lies inside a storage record of @bytes bytes;
- * else -1 with *@why set (negative or overflowing strides included).  The
- * one check for stored archives (us_torch_extent) and zstd items.
+ * else US_E_FORMAT (negative or overflowing strides included).  The one
+ * check for stored archives (us_torch_extent) and zstd items.
  */
-int us_torch_span_fits(const struct us_torch_tensor *t, uint64_t bytes,
-		       const char **why);
+enum us_status us_torch_span_fits(const struct us_torch_tensor *t,
+				  uint64_t bytes, struct us_err *err);
 
 /*
  * us_torch_extent - where @t's elements live: the file offset of its first
  * element in the record data/<key> (*@off), after checking that every
  * element its shape and strides can address lies inside that record.
  */
-int us_torch_extent(const struct us_torch_archive *ta,
-		    const struct us_torch_tensor *t, uint64_t *off,
-		    const char **why);
+enum us_status us_torch_extent(const struct us_torch_archive *ta,
+			       const struct us_torch_tensor *t, uint64_t *off,
+			       struct us_err *err);
 
 #endif /* US_TORCHPKL_H */

@@ -28,7 +28,7 @@ struct walk {
 	uint64_t base, end; /* the item, as file offsets */
 	uint64_t pos;       /* the next header, as a file offset */
 	struct us_zframes *out;
-	const char **why;
+	struct us_err *err;
 };
 
 /* What a frame header says. */
@@ -38,41 +38,46 @@ struct fhdr {
 	bool has_size, checksum;
 };
 
-static int fail(struct walk *w, uint64_t at, const char *why)
+/* Damage at file offset @at: the frames are malformed. */
+static enum us_status fail(struct walk *w, uint64_t at, const char *why)
 {
 	w->out->bad_at = at - w->base;
-	*w->why = why;
-	return -1;
+	return us_err_reason(w->err, US_E_FORMAT, "%s", why);
 }
 
 /* The @n bytes at w->pos; a frame that needs them past the item's end is
  * truncated. */
-static int get(struct walk *w, unsigned char *buf, size_t n)
+static enum us_status get(struct walk *w, unsigned char *buf, size_t n)
 {
 	if (n > w->end - w->pos)
 		return fail(w, w->pos, "its zstd data ends inside a frame "
 				       "(truncated)");
-	if (us_pread_full(w->fd, buf, n, w->pos) < 0)
-		return fail(w, w->pos, "its zstd data cannot be read");
-	return 0;
+	if (us_pread_full(w->fd, buf, n, w->pos) < 0) {
+		/* inside the item, which the caller checked against the
+		 * file: the file failed, not its format */
+		w->out->bad_at = w->pos - w->base;
+		return us_err_reason(w->err, US_E_IO,
+				     "its zstd data cannot be read");
+	}
+	return US_OK;
 }
 
 /* Advance past @n bytes of content that must lie inside the item. */
-static int skip(struct walk *w, uint64_t n)
+static enum us_status skip(struct walk *w, uint64_t n)
 {
 	if (n > w->end - w->pos)
 		return fail(w, w->pos, "its zstd data ends inside a frame "
 				       "(truncated)");
 	w->pos += n;
-	return 0;
+	return US_OK;
 }
 
-static int add(struct walk *w, uint64_t *sum, uint64_t n)
+static enum us_status add(struct walk *w, uint64_t *sum, uint64_t n)
 {
 	if (__builtin_add_overflow(*sum, n, sum))
 		return fail(w, w->pos, "its zstd frames decode to more than "
 				       "2^64 bytes");
-	return 0;
+	return US_OK;
 }
 
 /* Window_Descriptor: 2^(10 + exponent) plus mantissa eighths of it. */
@@ -83,7 +88,7 @@ static uint64_t window_size(unsigned char wd)
 	return base + base / 8 * (wd & 7);
 }
 
-static int frame_header(struct walk *w, struct fhdr *h)
+static enum us_status frame_header(struct walk *w, struct fhdr *h)
 {
 	static const unsigned dict_len[4] = { 0, 1, 2, 4 };
 	unsigned char b[FRAME_HDR_MAX];
@@ -92,8 +97,7 @@ static int frame_header(struct walk *w, struct fhdr *h)
 	bool single;
 	size_t n;
 
-	if (get(w, b, 5) < 0)
-		return -1;
+	US_TRY(get(w, b, 5));
 	fhd = b[4];
 	single = fhd & FHD_SINGLE;
 	if (fhd & FHD_RESERVED)
@@ -103,8 +107,7 @@ static int frame_header(struct walk *w, struct fhdr *h)
 	 * segment always has one (1 byte). */
 	fcs_len = (fhd >> 6) == 0 ? (single ? 1 : 0) : 1u << (fhd >> 6);
 	n = 5 + (single ? 0 : 1) + dict_len[fhd & 3] + fcs_len;
-	if (get(w, b, n) < 0)
-		return -1;
+	US_TRY(get(w, b, n));
 	p = b + 5;
 	if (!single)
 		h->window = window_size(*p++);
@@ -121,12 +124,12 @@ static int frame_header(struct walk *w, struct fhdr *h)
 		return fail(w, w->pos + 4, "its zstd frame needs a window larger "
 					   "than 128 MiB");
 	w->pos += n;
-	return 0;
+	return US_OK;
 }
 
 /* One block: its header, then its content inside the item.  Adds what it
  * decodes to to [*lo, *hi]; *last says whether it ends the frame. */
-static int block(struct walk *w, uint64_t bmax, uint64_t *lo, uint64_t *hi,
+static enum us_status block(struct walk *w, uint64_t bmax, uint64_t *lo, uint64_t *hi,
 		 bool *last)
 {
 	unsigned char b[BLOCK_HDR];
@@ -134,8 +137,7 @@ static int block(struct walk *w, uint64_t bmax, uint64_t *lo, uint64_t *hi,
 	uint32_t bh, size;
 	enum block_type type;
 
-	if (get(w, b, BLOCK_HDR) < 0)
-		return -1;
+	US_TRY(get(w, b, BLOCK_HDR));
 	bh = (uint32_t)us_le(b, BLOCK_HDR);
 	*last = bh & 1;
 	type = (enum block_type)((bh >> 1) & 3);
@@ -156,27 +158,25 @@ static int block(struct walk *w, uint64_t bmax, uint64_t *lo, uint64_t *hi,
 				   "short to be one");
 	w->pos += BLOCK_HDR;
 	w->out->blocks++;
-	if (skip(w, type == BT_RLE ? 1 : size) < 0)
-		return -1;
+	US_TRY(skip(w, type == BT_RLE ? 1 : size));
 	if (type == BT_COMPRESSED)
 		return size ? add(w, hi, bmax) : 0;
-	return add(w, lo, size) < 0 ? -1 : add(w, hi, size);
+	US_TRY(add(w, lo, size));
+	return add(w, hi, size);
 }
 
-static int zstd_frame(struct walk *w)
+static enum us_status zstd_frame(struct walk *w)
 {
 	struct fhdr h = { 0 };
 	uint64_t at = w->pos, lo = 0, hi = 0, bmax;
 	bool last = false;
 
-	if (frame_header(w, &h) < 0)
-		return -1;
+	US_TRY(frame_header(w, &h));
 	bmax = h.window < BLOCK_MAX ? h.window : BLOCK_MAX;
 	while (!last)
-		if (block(w, bmax, &lo, &hi, &last) < 0)
-			return -1;
-	if (h.checksum && skip(w, CHECKSUM) < 0)
-		return -1;
+		US_TRY(block(w, bmax, &lo, &hi, &last));
+	if (h.checksum)
+		US_TRY(skip(w, CHECKSUM));
 	if (h.has_size) {
 		if (h.size < lo || h.size > hi)
 			return fail(w, at, "its zstd frame's declared content size "
@@ -185,27 +185,25 @@ static int zstd_frame(struct walk *w)
 		w->out->sized++;
 	}
 	w->out->frames++;
-	if (add(w, &w->out->min_size, lo) < 0 || add(w, &w->out->max_size, hi) < 0)
-		return -1;
-	return 0;
+	US_TRY(add(w, &w->out->min_size, lo));
+	return add(w, &w->out->max_size, hi);
 }
 
-static int skippable_frame(struct walk *w)
+static enum us_status skippable_frame(struct walk *w)
 {
 	unsigned char b[8];
 
-	if (get(w, b, sizeof(b)) < 0)
-		return -1;
+	US_TRY(get(w, b, sizeof(b)));
 	w->pos += sizeof(b);
 	w->out->skippable++;
 	return skip(w, us_le(b + 4, 4));
 }
 
-int us_zframes_walk(int fd, uint64_t off, uint64_t len, struct us_zframes *out,
-		    const char **why)
+enum us_status us_zframes_walk(int fd, uint64_t off, uint64_t len,
+			       struct us_zframes *out, struct us_err *err)
 {
 	struct walk w = { .fd = fd, .base = off, .end = off + len, .pos = off,
-			  .out = out, .why = why };
+			  .out = out, .err = err };
 	unsigned char m[4];
 	uint32_t magic;
 
@@ -213,12 +211,12 @@ int us_zframes_walk(int fd, uint64_t off, uint64_t len, struct us_zframes *out,
 	memset(out, 0, sizeof(*out));
 	while (w.pos < w.end) {
 		uint64_t at = w.pos;
-		int rc;
+		enum us_status rc;
 
 		if (w.end - w.pos < sizeof(m))
 			magic = 0; /* too short to be any frame */
-		else if (get(&w, m, sizeof(m)) < 0)
-			return -1;
+		else if ((rc = get(&w, m, sizeof(m))) != US_OK)
+			return rc;
 		else
 			magic = (uint32_t)us_le(m, sizeof(m));
 		if (magic == MAGIC_ZSTD)
@@ -231,8 +229,8 @@ int us_zframes_walk(int fd, uint64_t off, uint64_t len, struct us_zframes *out,
 		else
 			rc = fail(&w, at, "its zstd data has bytes after its last "
 					  "frame that are not a frame");
-		if (rc < 0)
-			return -1;
+		if (rc != US_OK)
+			return rc;
 	}
-	return 0;
+	return US_OK;
 }

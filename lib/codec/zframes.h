@@ -24,6 +24,8 @@
 
 #include <stdint.h>
 
+#include "../us_error.h"
+
 /* What the frames decode to, as far as their headers tell. */
 struct us_zframes {
 	uint64_t min_size; /* at least this many bytes: raw and RLE blocks, */
@@ -37,10 +39,11 @@ struct us_zframes {
 
 /*
  * us_zframes_walk - walk the frames at [@off, @off + @len) of @fd (the
- * caller has checked the range against the file).  Returns 0 with @out
- * filled, or -1 with *@why set (a static phrase) and @out->bad_at.
+ * caller has checked the range against the file).  US_OK with @out filled;
+ * else @out->bad_at and @err's reason, without a path (us_err_reason):
+ * US_E_FORMAT for damaged frames, US_E_IO when the range cannot be read.
  */
-int us_zframes_walk(int fd, uint64_t off, uint64_t len, struct us_zframes *out,
-		    const char **why);
+enum us_status us_zframes_walk(int fd, uint64_t off, uint64_t len,
+			       struct us_zframes *out, struct us_err *err);
 
 #endif /* US_ZFRAMES_H */

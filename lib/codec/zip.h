@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "../arena.h"
+#include "../us_error.h"
 
 struct us_zip_entry {
 	const char *name;
@@ -44,10 +45,14 @@ struct us_zip {
 
 /*
  * us_zip_open - read the end records and the central directory of the
- * archive at [@base, @base + @len) of @fd.  Returns 0, or -1 with *@why set.
+ * archive at [@base, @base + @len) of @fd, a range the caller has checked
+ * against the file.  On failure @err holds the reason without a path
+ * (us_err_reason): US_E_FORMAT for a malformed archive, US_E_IO when bytes
+ * of the range cannot be read, US_E_NOMEM.
  */
-int us_zip_open(struct us_zip *z, int fd, uint64_t base, uint64_t len,
-		struct us_arena *arena, const char **why);
+enum us_status us_zip_open(struct us_zip *z, int fd, uint64_t base,
+			   uint64_t len, struct us_arena *arena,
+			   struct us_err *err);
 
 /* us_zip_find - the entry "<prefix>/<record>", or NULL. */
 const struct us_zip_entry *us_zip_find(const struct us_zip *z, const char *record);
@@ -56,9 +61,9 @@ const struct us_zip_entry *us_zip_find(const struct us_zip *z, const char *recor
  * us_zip_data - the offset (relative to the archive) of @e's data, from its
  * local header, checked to carry @e's name, method and sizes and to end,
  * with its data, by @e->limit (so before the next record and the central
- * directory).
+ * directory).  Fails as us_zip_open does.
  */
-int us_zip_data(const struct us_zip *z, const struct us_zip_entry *e,
-		uint64_t *off, const char **why);
+enum us_status us_zip_data(const struct us_zip *z, const struct us_zip_entry *e,
+			   uint64_t *off, struct us_err *err);
 
 #endif /* US_ZIP_H */

@@ -14,17 +14,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../us_error.h"
+
 /*
  * us_zip_desc_check - is @d (24 bytes) a data descriptor ("PK\x07\x08",
  * crc, sizes of 4 or 8 bytes) for a record of @size bytes whose CRC is
  * @crc?  A stored CRC of 0 means the writer did not compute one
  * (torch.serialization.config.save.compute_crc32 = False): sizes only.
- * Returns 0, or -1.
+ * US_OK, or US_E_FORMAT (no message: the caller knows which record).
  */
-int us_zip_desc_check(const unsigned char d[24], uint64_t size, uint32_t crc);
+enum us_status us_zip_desc_check(const unsigned char d[24], uint64_t size,
+				 uint32_t crc);
 
 /* us_zip_desc_size - the record size a descriptor at @d states (either
- * form, told apart by both its size fields agreeing); -1 if it is none. */
-int us_zip_desc_size(const unsigned char d[24], uint64_t *size);
+ * form, told apart by both its size fields agreeing); US_E_FORMAT if it
+ * is none. */
+enum us_status us_zip_desc_size(const unsigned char d[24], uint64_t *size);
 
 #endif /* US_ZIPDESC_H */

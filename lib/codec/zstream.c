@@ -1,6 +1,7 @@
 /* zstream.c - the zstd frames at a file range, decoded as one stream. */
 #include "zstream.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@ struct us_zstream {
 	unsigned char *scratch;  /* decoded bytes that us_zstream_skip drops */
 	uint64_t out_pos;
 	bool done;
+	enum us_status failed; /* what the last failed read met */
 };
 
 /*
@@ -113,12 +115,16 @@ static int step(struct us_zstream *z, ZSTD_outBuffer *out)
 	int rc;
 
 	if (z->in_pos == z->in_len && z->in_off < z->in_end &&
-	    (rc = refill(z)) < 0)
+	    (rc = refill(z)) < 0) {
+		z->failed = US_E_IO;
 		return rc;
+	}
 	in = (ZSTD_inBuffer){ z->in, z->in_len, z->in_pos };
 	ret = ZSTD_decompressStream(z->dctx, out, &in);
-	if (ZSTD_isError(ret))
+	if (ZSTD_isError(ret)) {
+		z->failed = US_E_FORMAT;
 		return -EIO;
+	}
 	z->in_pos = in.pos;
 	z->out_pos += out->pos - before;
 	if (ret == 0) {
@@ -132,8 +138,10 @@ static int step(struct us_zstream *z, ZSTD_outBuffer *out)
 	}
 	/* The frame wants more input, and the item has none: truncated.
 	 * (With input or output room left, the decoder always progresses.) */
-	if (!input_left(z) && out->pos == before)
+	if (!input_left(z) && out->pos == before) {
+		z->failed = US_E_FORMAT;
 		return -EIO;
+	}
 	return 0;
 }
 
@@ -175,4 +183,10 @@ uint64_t us_zstream_pos(const struct us_zstream *z)
 bool us_zstream_done(const struct us_zstream *z)
 {
 	return z->done;
+}
+
+enum us_status us_zstream_failure(const struct us_zstream *z)
+{
+	assert(z->failed != US_OK); /* only after a read failed */
+	return z->failed;
 }

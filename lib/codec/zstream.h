@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "../us_error.h"
+
 /* zstd's own default limit: every compression level, --long included. */
 #define US_ZSTREAM_WINDOWLOG_MAX 27
 
@@ -51,5 +53,13 @@ uint64_t us_zstream_pos(const struct us_zstream *z);
 
 /* us_zstream_done - has the item's last frame ended? */
 bool us_zstream_done(const struct us_zstream *z);
+
+/*
+ * us_zstream_failure - after us_zstream_read failed (-EIO either way, which
+ * is what a read of the file answers): US_E_FORMAT when the frames are
+ * corrupt or truncated, US_E_IO when the file could not be read.  Mount
+ * tells the two apart; the read path has no need to.
+ */
+enum us_status us_zstream_failure(const struct us_zstream *z);
 
 #endif /* US_ZSTREAM_H */

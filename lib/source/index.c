@@ -15,7 +15,8 @@ static enum us_status index_load(struct us_statedict *sd, int dirfd,
 				 struct us_err *err)
 {
 	const struct us_file *f;
-	const char *why = NULL;
+	struct us_err why;
+	enum us_status st;
 	uint32_t idx;
 	char *text;
 	int io;
@@ -36,10 +37,10 @@ static enum us_status index_load(struct us_statedict *sd, int dirfd,
 		return us_err_set(err, US_E_IO, relpath, "cannot read: %s",
 				  strerror(-io));
 	}
-	*root = us_json_parse(text, (size_t)f->size, &why);
+	st = us_json_parse(text, (size_t)f->size, root, &why);
 	free(text);
-	if (!*root)
-		return us_err_set(err, US_E_FORMAT, relpath, "index %s", why);
+	if (st != US_OK)
+		return us_err_set(err, st, relpath, "index %s", why.msg);
 	return US_OK;
 }
 

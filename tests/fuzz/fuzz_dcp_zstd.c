@@ -38,15 +38,17 @@ static void walk_item(const void *item, size_t len)
 {
 	struct us_dcp_zitem zi;
 	struct us_arena a;
-	const char *why = NULL;
+	struct us_err err = { .msg = "" };
 	int fd = fuzz_memfd(item, len);
+	enum us_status st;
 
 	us_arena_init(&a);
-	if (us_dcp_zstd_item(fd, 0, len, &a, &zi, &why) == 0) {
+	st = us_dcp_zstd_item(fd, 0, len, &a, &zi, &err);
+	if (st == US_OK) {
 		if (zi.data + zi.bytes + US_DCP_ZSTD_DESC != zi.served ||
 		    zi.first < zi.data || zi.bad_at != UINT64_MAX)
 			abort();
-	} else if (!why) {
+	} else if (!fuzz_refusal_ok(st, &err)) {
 		abort();
 	} else if (zi.bad_at != UINT64_MAX && zi.bad_at > len) {
 		abort(); /* damage reported outside the item */
@@ -56,8 +58,9 @@ static void walk_item(const void *item, size_t len)
 	{
 		struct us_pk *root;
 
-		why = NULL;
-		if (us_dcp_zstd_value(fd, 0, len, &a, &root, &why) < 0 && !why)
+		err.msg[0] = '\0';
+		st = us_dcp_zstd_value(fd, 0, len, &a, &root, &err);
+		if (st != US_OK && !fuzz_refusal_ok(st, &err))
 			abort();
 	}
 	us_arena_free(&a);
@@ -103,12 +106,13 @@ static bool deliberate(const uint8_t *item, size_t len, uint64_t at,
 static void walk_frames(const uint8_t *item, size_t len)
 {
 	struct us_zframes zf;
-	const char *why = NULL;
+	struct us_err err = { .msg = "" };
 	int fd = fuzz_memfd(item, len);
-	int rc = us_zframes_walk(fd, 0, len, &zf, &why);
+	enum us_status rc = us_zframes_walk(fd, 0, len, &zf, &err);
+	const char *why = err.msg;
 	int64_t n;
 
-	if (rc < 0 && (!why || zf.bad_at > len))
+	if (rc < 0 && (!fuzz_refusal_ok(rc, &err) || zf.bad_at > len))
 		abort();
 	if (rc == 0 && (zf.min_size > zf.max_size || zf.bad_at != 0))
 		abort();

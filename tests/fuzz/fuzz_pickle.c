@@ -11,6 +11,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "fuzz_util.h"
+
 #include "arena.h"
 #include "codec/pickle.h"
 #include "codec/pk2json.h"
@@ -19,10 +21,13 @@
 static void match(const struct us_pk *p)
 {
 	struct us_torch_tensor t;
-	const char *why = NULL;
+	struct us_err err = { .msg = "" };
+	enum us_status st;
+	bool found;
 
-	if (us_torch_match(p, &t, &why) < 0 && !why)
-		abort(); /* a refusal must say why */
+	st = us_torch_match(p, &t, &found, &err);
+	if (st != US_OK && !fuzz_refusal_ok(st, &err))
+		abort(); /* a refusal must say why, and be the input's */
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -30,11 +35,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct us_arena a;
 	struct us_pk *root = NULL;
-	const char *why = NULL;
+	struct us_err err = { .msg = "" };
+	enum us_status st;
 	size_t used = 0;
 
 	us_arena_init(&a);
-	if (us_pickle_load(data, size, &a, &root, &used, &why) == 0) {
+	st = us_pickle_load(data, size, &a, &root, &used, &err);
+	if (st == US_OK) {
 		/* The readers' budget is US_PK_JSON_BUDGET (2^20 values, ~0.4 s
 		 * under ASan); a memo DAG reaches any budget in ~100 bytes, so
 		 * a smaller one tests the same paths without making such
@@ -55,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				match(root->coll->vals.v[i]);
 		for (size_t i = 0; i < us_pk_len(root); i++)
 			match(us_pk_at(root, i));
-	} else if (!why) {
+	} else if (!fuzz_refusal_ok(st, &err)) {
 		abort();
 	}
 	us_arena_free(&a);

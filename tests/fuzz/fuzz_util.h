@@ -25,6 +25,18 @@
 #include "source/source.h"
 #include "view/view.h"
 
+/*
+ * Is @st, returned by a codec for input held in memory, an honest refusal?
+ * It must be what @err records, say why, and be about the input: a memfd
+ * cannot fail to read, and a fuzzer's inputs are far below every memory
+ * bound, so US_E_IO or US_E_NOMEM would be a kind relabelled on the way.
+ */
+static inline int fuzz_refusal_ok(enum us_status st, const struct us_err *err)
+{
+	return st == err->status && err->msg[0] &&
+	       (st == US_E_FORMAT || st == US_E_UNSUPPORTED);
+}
+
 /* A memfd holding @data; aborts on failure (not the input's fault). */
 static inline int fuzz_memfd(const void *data, size_t size)
 {

@@ -36,11 +36,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct us_arena a;
 	struct us_zip z;
-	const char *why = NULL;
+	struct us_err err = { .msg = "" };
 	int fd = fuzz_memfd(data, size);
+	enum us_status st;
 
 	us_arena_init(&a);
-	if (us_zip_open(&z, fd, 0, size, &a, &why) == 0) {
+	st = us_zip_open(&z, fd, 0, size, &a, &err);
+	if (st == US_OK) {
 		size_t plen = strlen(z.prefix), ns = 0;
 		struct span *spans = calloc(z.n + 1, sizeof(*spans));
 
@@ -49,8 +51,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (size_t i = 0; i < z.n; i++) {
 			const struct us_zip_entry *e = &z.v[i];
 			uint64_t off;
+			enum us_status dst = us_zip_data(&z, e, &off, &err);
 
-			if (us_zip_data(&z, e, &off, &why) == 0) {
+			if (dst != US_OK && !fuzz_refusal_ok(dst, &err))
+				abort();
+			if (dst == US_OK) {
 				if (off > z.cd_off || e->size > z.cd_off - off)
 					abort(); /* data past the central directory */
 				spans[ns].begin = e->local_off;
@@ -64,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_disjoint(spans, ns);
 		free(spans);
 		(void)us_zip_find(&z, "data.pkl");
-	} else if (!why) {
+	} else if (!fuzz_refusal_ok(st, &err)) {
 		abort();
 	}
 	us_arena_free(&a);

@@ -13,7 +13,11 @@
 
 static cJSON *parse(const char *s, const char **why)
 {
-	return us_json_parse(s, strlen(s), why);
+	static struct us_err err;
+	cJSON *j;
+
+	*why = us_json_parse(s, strlen(s), &j, &err) == US_OK ? NULL : err.msg;
+	return j;
 }
 
 static void test_json_strict(void)
@@ -31,7 +35,14 @@ static void test_json_strict(void)
 	j = parse("{\"a\\\\u0000b\": 1}", &why); /* an escaped backslash: fine */
 	CHECK(j != NULL);
 	cJSON_Delete(j);
-	CHECK(us_json_parse("{\"a\":1}", 3, &why) == NULL);
+	{
+		struct us_err err;
+		cJSON *cut = (cJSON *)1;
+
+		/* @len, not the NUL, ends the text */
+		CHECK(us_json_parse("{\"a\":1}", 3, &cut, &err) == US_E_FORMAT);
+		CHECK(cut == NULL && !strcmp(err.msg, "is not valid JSON"));
+	}
 }
 
 static void test_json_u64(void)
@@ -113,7 +124,7 @@ static void test_pk2json_budget(void)
 	unsigned char pk[64] = "\x80\x02]q\x00(";
 	size_t len = 6, used = 0, budget = 1000;
 	struct us_pk *root = NULL;
-	const char *why = NULL;
+	struct us_err why;
 	struct us_arena a;
 	cJSON *j;
 
@@ -124,7 +135,7 @@ static void test_pk2json_budget(void)
 	pk[len++] = 'e';
 	pk[len++] = '.';
 	us_arena_init(&a);
-	CHECK(us_pickle_load(pk, len, &a, &root, &used, &why) == 0);
+	CHECK(us_pickle_load(pk, len, &a, &root, &used, &why) == US_OK);
 	j = us_pk_to_json_budget(root, &budget);
 	CHECK(j != NULL && budget == 0);
 	CHECK(j && json_nodes(j) <= 1000);
@@ -143,7 +154,7 @@ static void test_pickle_budget(void)
 	unsigned char *pk = malloc(2 + LEVELS * 8 + 2 + LEVELS + 1);
 	size_t len = 0, used = 0;
 	struct us_pk *root = NULL;
-	const char *why = NULL;
+	struct us_err why;
 	struct us_arena a;
 
 	CHECK(pk != NULL);
@@ -160,12 +171,15 @@ static void test_pickle_budget(void)
 	len += LEVELS;
 	pk[len++] = '.';
 	us_arena_init(&a);
-	CHECK(us_pickle_load_bounded(pk, len, &a, 1 << 20, &root, &used, &why) < 0);
-	CHECK(why && strstr(why, "bound"));
+	/* a refusal of the file, not the machine out of memory */
+	CHECK(us_pickle_load_bounded(pk, len, &a, 1 << 20, &root, &used, &why) ==
+	      US_E_FORMAT);
+	CHECK(strstr(why.msg, "bound"));
 	CHECK(a.used < (2u << 20)); /* refused before the memory was taken */
 	us_arena_free(&a);
 	us_arena_init(&a);
-	CHECK(us_pickle_load_bounded(pk, len, &a, 64u << 20, &root, &used, &why) == 0);
+	CHECK(us_pickle_load_bounded(pk, len, &a, 64u << 20, &root, &used, &why) ==
+	      US_OK);
 	CHECK(used == len && root && root->kind == US_PK_DICT);
 	us_arena_free(&a);
 	CHECK(us_pickle_budget(SIZE_MAX, 0) == SIZE_MAX); /* saturates */

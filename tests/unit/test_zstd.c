@@ -92,12 +92,14 @@ static int memfd(const struct buf *b)
 }
 
 /* Walk @b; returns the walk's result, *@why its reason. */
-static int walk(const struct buf *b, struct us_zframes *zf, const char **why)
+static enum us_status walk(const struct buf *b, struct us_zframes *zf,
+			   const char **why)
 {
-	int fd = memfd(b), rc;
+	static struct us_err err;
+	int fd = memfd(b);
+	enum us_status rc = us_zframes_walk(fd, 0, b->n, zf, &err);
 
-	*why = NULL;
-	rc = us_zframes_walk(fd, 0, b->n, zf, why);
+	*why = rc == US_OK ? NULL : err.msg;
 	close(fd);
 	return rc;
 }
@@ -121,7 +123,7 @@ static bool refused(const struct buf *b, const char *word)
 	struct us_zframes zf;
 	const char *why;
 
-	return walk(b, &zf, &why) < 0 && why && strstr(why, word);
+	return walk(b, &zf, &why) == US_E_FORMAT && why && strstr(why, word);
 }
 
 /* ---- what writers write --------------------------------------------------- */

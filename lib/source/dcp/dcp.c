@@ -346,18 +346,20 @@ static enum us_status open_item_file(struct dcp *d, const struct dcp_item *it,
 	return US_OK;
 }
 
-/* A stored item: its archive is parsed in place, offsets are the file's. */
-static int plain_item(int fd, const struct dcp_item *it, struct us_arena *a,
-		      struct us_torch_tensor *tt, struct us_extent *x,
-		      const char **why)
+/* A stored item: its archive is parsed in place, offsets are the file's.
+ * Failures leave a reason without a path in @why (item_extent adds it). */
+static enum us_status plain_item(int fd, const struct dcp_item *it,
+				 struct us_arena *a, struct us_torch_tensor *tt,
+				 struct us_extent *x, struct us_err *why)
 {
 	struct us_torch_archive ta;
+	bool found;
 
-	if (us_torch_archive_open(&ta, fd, it->offset, it->length, a, why) < 0 ||
-	    us_torch_match(ta.root, tt, why) != 1 ||
-	    us_torch_extent(&ta, tt, &x->offset, why) < 0)
-		return -1;
-	return 0;
+	US_TRY(us_torch_archive_open(&ta, fd, it->offset, it->length, a, why));
+	US_TRY(us_torch_match(ta.root, tt, &found, why));
+	if (!found)
+		return us_err_reason(why, US_E_FORMAT, "item is not a tensor");
+	return us_torch_extent(&ta, tt, &x->offset, why);
 }
 
 /*
@@ -369,15 +371,18 @@ static int plain_item(int fd, const struct dcp_item *it, struct us_arena *a,
  * CRC (possible only for an item too long to be verified here), makes
  * reads of that tensor answer EIO, never other bytes.
  */
-static int zstd_item(int fd, const struct dcp_item *it, struct us_arena *a,
-		     struct us_torch_tensor *tt, struct us_extent *x,
-		     const char **why, uint64_t *bad_at)
+static enum us_status zstd_item(int fd, const struct dcp_item *it,
+				struct us_arena *a, struct us_torch_tensor *tt,
+				struct us_extent *x, struct us_err *why,
+				uint64_t *bad_at)
 {
 	struct us_dcp_zitem zi;
+	enum us_status st = us_dcp_zstd_item(fd, it->offset, it->length, a, &zi,
+					     why);
 
-	if (us_dcp_zstd_item(fd, it->offset, it->length, a, &zi, why) < 0) {
+	if (st != US_OK) {
 		*bad_at = zi.bad_at;
-		return -1;
+		return st;
 	}
 	*tt = zi.tt;
 	x->xf = US_XF_ZSTD;
@@ -385,7 +390,7 @@ static int zstd_item(int fd, const struct dcp_item *it, struct us_arena *a,
 	x->item_len = it->length;
 	x->decoded_len = zi.served;
 	x->offset = zi.first;
-	return 0;
+	return US_OK;
 }
 
 /* Parse the item's torch.save archive and point the chunk at its storage. */
@@ -394,21 +399,21 @@ static enum us_status item_extent(struct dcp *d, const struct dcp_item *it,
 {
 	struct us_torch_tensor tt;
 	struct us_arena a;
-	const char *why = "item is not a tensor";
+	struct us_err why;
 	enum us_transform xf;
 	uint32_t file;
 	int64_t *strides;
 	uint64_t bad_at = UINT64_MAX;
 	enum us_status rc = US_OK;
-	int fd, prc;
+	int fd;
 
 	US_TRY(check_transforms(d, it, &xf));
 	US_TRY(open_item_file(d, it, &file));
 	fd = d->sd->files[file].fd;
 	us_arena_init(&a);
-	prc = xf == US_XF_ZSTD ? zstd_item(fd, it, &a, &tt, &c->src, &why, &bad_at)
-			       : plain_item(fd, it, &a, &tt, &c->src, &why);
-	if (prc < 0) {
+	rc = xf == US_XF_ZSTD ? zstd_item(fd, it, &a, &tt, &c->src, &why, &bad_at)
+			      : plain_item(fd, it, &a, &tt, &c->src, &why);
+	if (rc != US_OK) {
 		char at[96] = "";
 
 		/* Where the frame walk found the damage, to look at it. */
@@ -416,8 +421,8 @@ static enum us_status item_extent(struct dcp *d, const struct dcp_item *it,
 			snprintf(at, sizeof(at), " (at byte %llu of the item, "
 				 "%llu of the file)", (unsigned long long)bad_at,
 				 (unsigned long long)(it->offset + bad_at));
-		rc = us_err_set(d->err, US_E_FORMAT, d->sd->files[file].relpath,
-				"item of '%s': %s%s", it->fqn, why, at);
+		rc = us_err_set(d->err, rc, d->sd->files[file].relpath,
+				"item of '%s': %s%s", it->fqn, why.msg, at);
 		goto out;
 	}
 	if (tt.dtype != t->dtype || tt.ndim != t->ndim ||
@@ -477,7 +482,7 @@ static enum us_status tensor_dtype(const struct dcp *d, const char *fqn,
 	const struct us_pk *g = st && st->kind == US_PK_TUPLE ? us_pk_at(st, 0)
 							      : attr(props, "dtype");
 
-	if (us_torch_dtype(g, dt) < 0)
+	if (!us_torch_dtype(g, dt))
 		return us_err_set(d->err, US_E_UNSUPPORTED, d->metapath,
 				  "'%s': dtype %s has no safetensors equivalent", fqn,
 				  g && g->kind == US_PK_GLOBAL ? g->u.global.name : "?");
@@ -525,10 +530,11 @@ static enum us_status add_tensor(struct dcp *d, struct us_statedict *dst,
 static enum us_status load_metadata(struct dcp *d, const struct us_pk **root)
 {
 	const struct us_file *f;
-	const char *why = NULL;
+	struct us_err why;
 	unsigned char *buf;
 	uint32_t idx;
 	size_t used;
+	enum us_status st;
 	int rc;
 
 	US_TRY(us_sd_open_file(d->sd, d->dirfd, d->metapath, &idx, d->err));
@@ -540,15 +546,19 @@ static enum us_status load_metadata(struct dcp *d, const struct us_pk **root)
 	if (!buf)
 		return us_err_set(d->err, US_E_NOMEM, d->metapath, "out of memory");
 	rc = us_pread_full(f->fd, buf, (size_t)f->size, 0);
-	if (rc < 0)
-		why = "cannot be read";
-	else
-		rc = us_pickle_load(buf, (size_t)f->size, &d->arena,
-				    (struct us_pk **)root, &used, &why);
+	if (rc < 0) {
+		free(buf);
+		return us_err_set(d->err, US_E_IO, d->metapath, "cannot read: %s",
+				  strerror(-rc));
+	}
+	st = us_pickle_load(buf, (size_t)f->size, &d->arena,
+			    (struct us_pk **)root, &used, &why);
 	free(buf);
-	if (rc < 0)
-		return us_err_set(d->err, US_E_FORMAT, d->metapath,
-				  "not a DCP metadata pickle: %s", why);
+	if (st == US_E_NOMEM)
+		return us_err_set(d->err, st, d->metapath, "%s", why.msg);
+	if (st != US_OK)
+		return us_err_set(d->err, st, d->metapath,
+				  "not a DCP metadata pickle: %s", why.msg);
 	if (!is_class(*root, "Metadata"))
 		return us_err_set(d->err, US_E_FORMAT, d->metapath,
 				  "does not hold a DCP Metadata object");
@@ -616,18 +626,17 @@ static const char *optim_name(const struct dcp *d, const char *fqn)
 
 /* The Python object of a byte item: the data.pkl of its torch.save
  * archive, stored, or compressed (decoded whole, up to 16 MiB). */
-static int byte_item_root(int fd, const struct dcp_item *it, enum us_transform xf,
-			  struct us_arena *a, struct us_pk **root)
+static enum us_status byte_item_root(int fd, const struct dcp_item *it,
+				     enum us_transform xf, struct us_arena *a,
+				     struct us_pk **root, struct us_err *why)
 {
 	struct us_torch_archive ta;
-	const char *why;
 
 	if (xf == US_XF_ZSTD)
-		return us_dcp_zstd_value(fd, it->offset, it->length, a, root, &why);
-	if (us_torch_archive_open(&ta, fd, it->offset, it->length, a, &why) < 0)
-		return -1;
+		return us_dcp_zstd_value(fd, it->offset, it->length, a, root, why);
+	US_TRY(us_torch_archive_open(&ta, fd, it->offset, it->length, a, why));
 	*root = ta.root;
-	return 0;
+	return US_OK;
 }
 
 /* The value of a byte item: a torch.save archive of a Python object. */
@@ -654,7 +663,8 @@ static cJSON *byte_item_value(struct dcp *d, const char *fqn)
 	}
 	d->err = err;
 	us_arena_init(&a);
-	if (byte_item_root(d->sd->files[file].fd, it, xf, &a, &root) == 0)
+	if (byte_item_root(d->sd->files[file].fd, it, xf, &a, &root,
+			   &ignored) == US_OK)
 		v = us_pk_to_json_budget(root, d->json_budget);
 	us_arena_free(&a);
 	return v ? v : cJSON_CreateNull();

@@ -44,21 +44,25 @@ struct us_dcp_zitem {
 
 /*
  * us_dcp_zstd_item - parse the zstd item at [@off, @off + @len) of @fd
- * (the pickle's values are allocated in @a).  Returns 1 with @out filled,
- * 0 when data.pkl holds no tensor, -1 with *@why set when the item is
- * corrupt or not a torch.save archive.
+ * (the pickle's values are allocated in @a).  US_OK with @out filled; else
+ * @err holds a reason without a path (us_err_reason), of the kind found:
+ * US_E_FORMAT when the item is corrupt, not a torch.save archive or holds
+ * no tensor, US_E_UNSUPPORTED for a tensor that cannot be served, US_E_IO,
+ * US_E_NOMEM.
  */
-int us_dcp_zstd_item(int fd, uint64_t off, uint64_t len, struct us_arena *a,
-		     struct us_dcp_zitem *out, const char **why);
+enum us_status us_dcp_zstd_item(int fd, uint64_t off, uint64_t len,
+				struct us_arena *a, struct us_dcp_zitem *out,
+				struct us_err *err);
 
 /*
  * us_dcp_zstd_value - the Python value of a zstd byte item (a torch.save
  * archive of a non-tensor value: an optimizer's lr, betas, params, ...):
  * its frames are walked, the item is decoded to its end, at most
  * US_DCP_ZSTD_HEAD_MAX bytes, and data.pkl, its first record, is loaded
- * into *@root (allocated in @a).  Returns 0, or -1 with *@why set.
+ * into *@root (allocated in @a).  Fails as us_dcp_zstd_item does.
  */
-int us_dcp_zstd_value(int fd, uint64_t off, uint64_t len, struct us_arena *a,
-		      struct us_pk **root, const char **why);
+enum us_status us_dcp_zstd_value(int fd, uint64_t off, uint64_t len,
+				 struct us_arena *a, struct us_pk **root,
+				 struct us_err *err);
 
 #endif /* US_DCP_ZSTD_H */

@@ -16,70 +16,75 @@
 
 /* Read the tag file @fd into @tag, stripped at both ends as DeepSpeed's
  * open(latest).read().strip() does; false with @why when it is no tag. */
-static bool read_tag_text(int fd, char *tag, char *why)
+static bool read_tag_text(int fd, char *tag, struct us_err *why)
 {
 	char buf[US_DS_TAG_MAX + 2];
 	ssize_t n = read(fd, buf, sizeof(buf) - 1);
 	size_t b = 0, e;
 
 	if (n < 0)
-		return snprintf(why, US_DS_TAG_WHY_MAX, "cannot be read: %s",
-				strerror(errno)), false;
+		return us_err_reason(why, US_E_IO, "cannot be read: %s",
+				     strerror(errno)), false;
 	e = (size_t)n;
 	while (b < e && isspace((unsigned char)buf[b]))
 		b++;
 	while (e > b && isspace((unsigned char)buf[e - 1]))
 		e--;
 	if (b == e)
-		return snprintf(why, US_DS_TAG_WHY_MAX, "is empty: it should "
-				"name the checkpoint's tag directory "
-				"(global_step<N>)"), false;
+		return us_err_reason(why, US_E_FORMAT, "is empty: it should "
+				     "name the checkpoint's tag directory "
+				     "(global_step<N>)"), false;
 	if (e - b > US_DS_TAG_MAX)
-		return snprintf(why, US_DS_TAG_WHY_MAX, "holds more than %d "
-				"bytes: not a DeepSpeed tag file (one line "
-				"naming a directory)", US_DS_TAG_MAX), false;
+		return us_err_reason(why, US_E_FORMAT, "holds more than %d "
+				     "bytes: not a DeepSpeed tag file (one line "
+				     "naming a directory)", US_DS_TAG_MAX), false;
 	for (size_t i = b; i < e; i++)
 		if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
-			return snprintf(why, US_DS_TAG_WHY_MAX, "holds %s: not "
-					"a DeepSpeed tag file (one line naming "
-					"a directory)", buf[i] == '\n' ?
-					"several lines" : "bytes that are not "
-					"text"), false;
+			return us_err_reason(why, US_E_FORMAT, "holds %s: not "
+					     "a DeepSpeed tag file (one line "
+					     "naming a directory)",
+					     buf[i] == '\n' ? "several lines" :
+					     "bytes that are not text"), false;
 	memcpy(tag, buf + b, e - b);
 	tag[e - b] = '\0';
 	return true;
 }
 
 /* @tag, which is text, must name a directory inside SOURCE. */
-static enum us_ds_tag check_tag_dir(int dirfd, const char *tag, char *why)
+static enum us_ds_tag check_tag_dir(int dirfd, const char *tag,
+				    struct us_err *why)
 {
 	struct stat st;
 
 	if (tag[0] == '/')
-		snprintf(why, US_DS_TAG_WHY_MAX, "names '%s', outside the "
-			 "checkpoint directory", tag);
+		us_err_reason(why, US_E_FORMAT, "names '%s', outside the "
+			      "checkpoint directory", tag);
 	else if (!us_path_is_inside(tag))
-		snprintf(why, US_DS_TAG_WHY_MAX, "names '%s', which climbs out "
-			 "of the checkpoint directory", tag);
+		us_err_reason(why, US_E_FORMAT, "names '%s', which climbs out "
+			      "of the checkpoint directory", tag);
 	else if (fstatat(dirfd, tag, &st, 0) < 0)
-		snprintf(why, US_DS_TAG_WHY_MAX, "names '%s', which %s", tag,
-			 errno == ENOENT ? "is not there" : strerror(errno));
+		us_err_reason(why, US_E_FORMAT, "names '%s', which %s", tag,
+			      errno == ENOENT ? "is not there" : strerror(errno));
 	else if (!S_ISDIR(st.st_mode))
-		snprintf(why, US_DS_TAG_WHY_MAX, "names '%s', which is not a "
-			 "directory", tag);
+		us_err_reason(why, US_E_FORMAT, "names '%s', which is not a "
+			      "directory", tag);
 	else
 		return US_DS_TAG_DIR;
 	return US_DS_TAG_BAD;
 }
 
-enum us_ds_tag us_ds_tag(int dirfd, const char *name, char *tag, char *why)
+enum us_ds_tag us_ds_tag(int dirfd, const char *name, char *tag,
+			 struct us_err *why)
 {
 	struct stat st;
 	bool ok;
 	int fd;
 
 	*tag = '\0';
-	*why = '\0';
+	if (why) {
+		why->status = US_OK;
+		why->msg[0] = '\0';
+	}
 	/* A dangling symlink is a tag file too: it says something is wrong.
 	 * A directory (or a link to one) is not: other tools keep a "latest"
 	 * link to their newest checkpoint folder, and DeepSpeed never makes
@@ -90,14 +95,14 @@ enum us_ds_tag us_ds_tag(int dirfd, const char *name, char *tag, char *why)
 	/* O_NONBLOCK: a FIFO named latest must not hang the mount */
 	fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0) {
-		snprintf(why, US_DS_TAG_WHY_MAX, "cannot be opened: %s",
-			 strerror(errno));
+		us_err_reason(why, US_E_IO, "cannot be opened: %s",
+			      strerror(errno));
 		return US_DS_TAG_BAD;
 	}
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
-		snprintf(why, US_DS_TAG_WHY_MAX, "is not a regular file: it "
-			 "should hold the checkpoint's tag (global_step<N>)");
+		us_err_reason(why, US_E_FORMAT, "is not a regular file: it "
+			      "should hold the checkpoint's tag (global_step<N>)");
 		return US_DS_TAG_BAD;
 	}
 	ok = read_tag_text(fd, tag, why);
@@ -189,12 +194,14 @@ enum us_status us_ds_open(struct us_statedict *sd, int dirfd,
 			  struct us_ds_file *f, struct us_arena *a,
 			  struct us_err *err)
 {
-	const char *why = NULL;
+	struct us_err why;
+	enum us_status st;
 
 	US_TRY(us_sd_open_file(sd, dirfd, f->relpath, &f->file, err));
-	if (us_torch_archive_open(&f->ta, sd->files[f->file].fd, 0,
-				  (uint64_t)sd->files[f->file].size, a, &why) < 0)
-		return us_err_set(err, US_E_FORMAT, f->relpath, "%s", why);
+	st = us_torch_archive_open(&f->ta, sd->files[f->file].fd, 0,
+				   (uint64_t)sd->files[f->file].size, a, &why);
+	if (st != US_OK)
+		return us_err_set(err, st, f->relpath, "%s", why.msg);
 	return US_OK;
 }
 
@@ -266,15 +273,16 @@ enum us_status us_ds_add_plain(struct us_statedict *sd,
 			       const struct us_pk *v, struct us_err *err)
 {
 	struct us_torch_tensor tt;
-	const char *why = "not a tensor";
+	struct us_err why;
 	struct us_tensor *t;
 	uint64_t off;
 	int64_t *st;
+	enum us_status rc = us_torch_expect(v, &tt, "not a tensor", &why);
 
-	if (us_torch_match(v, &tt, &why) != 1 ||
-	    us_torch_extent(&f->ta, &tt, &off, &why) < 0)
-		return us_err_set(err, US_E_FORMAT, f->relpath, "'%s': %s",
-				  name, why);
+	if (rc == US_OK)
+		rc = us_torch_extent(&f->ta, &tt, &off, &why);
+	if (rc != US_OK)
+		return us_err_set(err, rc, f->relpath, "'%s': %s", name, why.msg);
 	t = us_sd_add_whole_tensor(sd, name, tt.dtype, tt.ndim, tt.shape,
 				   f->file, off, err);
 	st = us_arena_calloc(&sd->arena, tt.ndim + 1, sizeof(*st));
@@ -347,14 +355,19 @@ enum us_status us_ds_add_frozen_z3(struct us_statedict *sd, struct us_arena *a,
 		const struct us_pk *fr = us_pk_dict_get(us_pk_dict_get(f->ta.root,
 						"frozen_param_fragments"), name);
 		struct us_torch_tensor tt;
-		const char *why = "missing";
+		struct us_err why;
+		enum us_status st = us_torch_expect(fr, &tt, "missing", &why);
 
-		if (!fr || us_torch_match(fr, &tt, &why) != 1 || tt.ndim != 1 ||
-		    (tt.shape[0] > 1 && tt.strides[0] != 1) ||
-		    us_torch_extent(&f->ta, &tt, &segs[r].offset, &why) < 0)
-			return us_err_set(err, US_E_FORMAT, f->relpath,
-					  "frozen fragment '%s': %s", name,
-					  why ? why : "not 1-D contiguous");
+		/* (A fragment that is not 1-D contiguous has always been
+		 * reported "missing": kept so, messages are the contract.) */
+		if (st == US_OK && (tt.ndim != 1 ||
+				    (tt.shape[0] > 1 && tt.strides[0] != 1)))
+			st = us_err_reason(&why, US_E_FORMAT, "missing");
+		if (st == US_OK)
+			st = us_torch_extent(&f->ta, &tt, &segs[r].offset, &why);
+		if (st != US_OK)
+			return us_err_set(err, st, f->relpath,
+					  "frozen fragment '%s': %s", name, why.msg);
 		if (r && tt.dtype != v.dtype)
 			return us_err_set(err, US_E_FORMAT, f->relpath,
 					  "frozen fragment '%s': dtype differs", name);

@@ -41,17 +41,18 @@ enum us_ds_tag {
 			   * out, names nothing or a non-directory */
 };
 
-#define US_DS_TAG_WHY_MAX (US_DS_TAG_MAX + 128)
-
 /*
  * us_ds_tag - read the tag file @name under @dirfd as DeepSpeed does
  * (its text, stripped) into @tag (US_DS_TAG_MAX + 1 bytes).  For
- * US_DS_TAG_BAD, @why (US_DS_TAG_WHY_MAX bytes) says what is wrong, for a
- * refusal naming @name.  It quotes the tag only once it is one line of
- * text no longer than a tag: anything else may be a foreign file's bytes
- * (a "latest" symlinked to /etc/passwd), and is described, not printed.
+ * US_DS_TAG_BAD, @why (may be NULL) holds what is wrong, without a path,
+ * for a refusal naming @name, and its kind: US_E_IO when the file cannot
+ * be opened or read, else US_E_FORMAT.  It quotes the tag only once it is
+ * one line of text no longer than a tag: anything else may be a foreign
+ * file's bytes (a "latest" symlinked to /etc/passwd), and is described,
+ * not printed.
  */
-enum us_ds_tag us_ds_tag(int dirfd, const char *name, char *tag, char *why);
+enum us_ds_tag us_ds_tag(int dirfd, const char *name, char *tag,
+			 struct us_err *why);
 
 /* us_ds_model_states_name - "..._model_states.pt": a model states file
  * (ZeRO's or a universal checkpoint's). */

@@ -58,7 +58,7 @@ static bool is_universal(int dirfd)
 
 static bool uc_probe(int dirfd, const char *file)
 {
-	char tag[US_DS_TAG_MAX + 1], why[US_DS_TAG_WHY_MAX];
+	char tag[US_DS_TAG_MAX + 1];
 
 	if (file)
 		return false;
@@ -67,8 +67,8 @@ static bool uc_probe(int dirfd, const char *file)
 	/* a root with both: "latest" is what DeepSpeed loads by default.  A
 	 * root with only latest_universal is ours even when it or what it
 	 * names is broken: the refusal then says what is wrong. */
-	return us_ds_tag(dirfd, "latest", tag, why) == US_DS_TAG_ABSENT &&
-	       us_ds_tag(dirfd, "latest_universal", tag, why) !=
+	return us_ds_tag(dirfd, "latest", tag, NULL) == US_DS_TAG_ABSENT &&
+	       us_ds_tag(dirfd, "latest_universal", tag, NULL) !=
 	       US_DS_TAG_ABSENT;
 }
 
@@ -96,18 +96,19 @@ static char *state_path(struct uc *u, const char *param, const char *file)
 
 static enum us_status locate(struct uc *u)
 {
-	char tag[US_DS_TAG_MAX + 1], why[US_DS_TAG_WHY_MAX];
+	char tag[US_DS_TAG_MAX + 1];
+	struct us_err why;
 
 	if (is_universal(u->dirfd))
 		return US_OK;
-	switch (us_ds_tag(u->dirfd, "latest_universal", tag, why)) {
+	switch (us_ds_tag(u->dirfd, "latest_universal", tag, &why)) {
 	case US_DS_TAG_ABSENT:
 		return us_err_set(u->err, US_E_FORMAT, ".", "no %s here, and "
 				  "no latest_universal naming a universal "
 				  "checkpoint folder", UC_OPTIM);
 	case US_DS_TAG_BAD:
-		return us_err_set(u->err, US_E_FORMAT, "latest_universal",
-				  "%s", why);
+		return us_err_set(u->err, why.status, "latest_universal",
+				  "%s", why.msg);
 	case US_DS_TAG_DIR:
 		break;
 	}
@@ -255,14 +256,17 @@ static enum us_status state_tensor(struct uc *u, const struct us_ds_file *f,
 				   uint64_t *off)
 {
 	const struct us_pk *v = f->ta.root;
-	const char *why = "holds no tensor (bare, or under 'param')";
+	struct us_err why;
+	enum us_status st;
 	uint64_t n = 1;
 	int64_t step = 1;
 
 	if (us_pk_is_dictlike(v))
 		v = us_pk_dict_get(v, "param");
-	if (!v || us_torch_match(v, tt, &why) != 1)
-		return us_err_set(u->err, US_E_FORMAT, f->relpath, "%s", why);
+	st = us_torch_expect(v, tt, "holds no tensor (bare, or under 'param')",
+			     &why);
+	if (st != US_OK)
+		return us_err_set(u->err, st, f->relpath, "%s", why.msg);
 	for (uint32_t k = tt->ndim; k-- > 0; step *= (int64_t)tt->shape[k]) {
 		if (tt->shape[k] > 1 && tt->strides[k] != step)
 			return us_err_set(u->err, US_E_FORMAT, f->relpath,
@@ -273,8 +277,9 @@ static enum us_status state_tensor(struct uc *u, const struct us_ds_file *f,
 		return us_err_set(u->err, US_E_FORMAT, f->relpath,
 				  "tensor holds %llu elements, param_shapes say %llu",
 				  (unsigned long long)n, (unsigned long long)numel);
-	if (us_torch_extent(&f->ta, tt, off, &why) < 0)
-		return us_err_set(u->err, US_E_FORMAT, f->relpath, "%s", why);
+	st = us_torch_extent(&f->ta, tt, off, &why);
+	if (st != US_OK)
+		return us_err_set(u->err, st, f->relpath, "%s", why.msg);
 	return US_OK;
 }
 

@@ -72,7 +72,7 @@ static bool is_global_step(const char *name)
 
 static bool ds_probe(int dirfd, const char *file)
 {
-	char tag[DS_TAG_MAX + 1], why[US_DS_TAG_WHY_MAX];
+	char tag[DS_TAG_MAX + 1];
 	bool yes;
 	int d;
 
@@ -80,7 +80,7 @@ static bool ds_probe(int dirfd, const char *file)
 		return false;
 	if (has_model_states(dirfd))
 		return true;
-	switch (us_ds_tag(dirfd, "latest", tag, why)) {
+	switch (us_ds_tag(dirfd, "latest", tag, NULL)) {
 	case US_DS_TAG_ABSENT:
 		return false;
 	case US_DS_TAG_BAD:
@@ -312,7 +312,9 @@ static enum us_status segment(struct ds *d, uint32_t r, uint32_t g,
 {
 	const struct us_pk *osd = d->osd[r], *v;
 	struct us_torch_tensor tt;
-	const char *why = "not a tensor", *path = d->optim[r].relpath;
+	const char *path = d->optim[r].relpath;
+	struct us_err why;
+	enum us_status rc;
 
 	if (!slot) {
 		v = us_pk_at(us_pk_dict_get(osd, d->stage == 3 ? "fp32_flat_groups" :
@@ -329,13 +331,17 @@ static enum us_status segment(struct ds *d, uint32_t r, uint32_t g,
 			    st->coll->keys.v[i]->u.i == key.u.i)
 				v = us_pk_dict_get(st->coll->vals.v[i], slot);
 	}
-	if (!v || us_torch_match(v, &tt, &why) != 1 || tt.ndim != 1 ||
-	    (tt.shape[0] > 1 && tt.strides[0] != 1))
-		return us_err_set(d->err, US_E_FORMAT, path, "group %u %s: %s", g,
-				  slot ? slot : "fp32 partition",
-				  why ? why : "not a 1-D contiguous tensor");
-	if (us_torch_extent(&d->optim[r].ta, &tt, &seg->offset, &why) < 0)
-		return us_err_set(d->err, US_E_FORMAT, path, "group %u: %s", g, why);
+	rc = us_torch_expect(v, &tt, "not a tensor", &why);
+	/* (One that is not 1-D contiguous has always been reported "not a
+	 * tensor": kept so, messages are the contract.) */
+	if (rc == US_OK && (tt.ndim != 1 || (tt.shape[0] > 1 && tt.strides[0] != 1)))
+		rc = us_err_reason(&why, US_E_FORMAT, "not a tensor");
+	if (rc != US_OK)
+		return us_err_set(d->err, rc, path, "group %u %s: %s", g,
+				  slot ? slot : "fp32 partition", why.msg);
+	rc = us_torch_extent(&d->optim[r].ta, &tt, &seg->offset, &why);
+	if (rc != US_OK)
+		return us_err_set(d->err, rc, path, "group %u: %s", g, why.msg);
 	if (want == UINT64_MAX)
 		want = tt.shape[0];
 	if (tt.shape[0] < want)
@@ -596,11 +602,12 @@ static enum us_status add_params(struct ds *d)
 
 static enum us_status ds_read_all(struct ds *d)
 {
-	char tag[DS_TAG_MAX + 1], why[US_DS_TAG_WHY_MAX];
+	char tag[DS_TAG_MAX + 1];
+	struct us_err why;
 
 	strcpy(d->where, ".");
 	if (!has_model_states(d->dirfd)) {
-		switch (us_ds_tag(d->dirfd, "latest", tag, why)) {
+		switch (us_ds_tag(d->dirfd, "latest", tag, &why)) {
 		case US_DS_TAG_ABSENT:
 			if (!us_dir_any(d->dirfd, is_global_step))
 				return us_err_set(d->err, US_E_FORMAT, ".",
@@ -613,8 +620,8 @@ static enum us_status ds_read_all(struct ds *d)
 					  "latest naming a tag directory "
 					  "(mount a global_step*/ folder)");
 		case US_DS_TAG_BAD:
-			return us_err_set(d->err, US_E_FORMAT, "latest", "%s",
-					  why);
+			return us_err_set(d->err, why.status, "latest", "%s",
+					  why.msg);
 		case US_DS_TAG_DIR:
 			break;
 		}

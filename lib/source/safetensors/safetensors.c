@@ -38,7 +38,8 @@ static enum us_status st_read_header(const struct us_file *f, cJSON **root,
 {
 	unsigned char len8[8];
 	uint64_t n = 0;
-	const char *why = NULL;
+	struct us_err why;
+	enum us_status st;
 	char *hdr;
 	int rc;
 
@@ -79,10 +80,10 @@ static enum us_status st_read_header(const struct us_file *f, cJSON **root,
 		return us_err_set(err, US_E_FORMAT, f->relpath,
 				  "header does not start with '{'");
 	}
-	*root = us_json_parse(hdr, n, &why);
+	st = us_json_parse(hdr, n, root, &why);
 	free(hdr);
-	if (!*root)
-		return us_err_set(err, US_E_FORMAT, f->relpath, "header %s", why);
+	if (st != US_OK)
+		return us_err_set(err, st, f->relpath, "header %s", why.msg);
 	if (!cJSON_IsObject(*root)) {
 		cJSON_Delete(*root);
 		return us_err_set(err, US_E_FORMAT, f->relpath,

@@ -71,7 +71,7 @@ enum us_status us_st_sharding_info(const cJSON *md, struct us_st_info **out,
 				   const char *path, struct us_err *err)
 {
 	const cJSON *s = cJSON_GetObjectItemCaseSensitive(md, US_ST_DCP_KEY);
-	const char *why = NULL;
+	struct us_err why;
 	struct us_st_info *in;
 	enum us_status rc;
 
@@ -83,9 +83,10 @@ enum us_status us_st_sharding_info(const cJSON *md, struct us_st_info **out,
 				  US_ST_DCP_KEY " is not a string");
 	if (!(in = calloc(1, sizeof(*in))))
 		return us_err_set(err, US_E_NOMEM, path, "out of memory");
-	in->root = us_json_parse(s->valuestring, strlen(s->valuestring), &why);
-	if (!in->root)
-		rc = us_err_set(err, US_E_FORMAT, path, US_ST_DCP_KEY " %s", why);
+	rc = us_json_parse(s->valuestring, strlen(s->valuestring), &in->root,
+			   &why);
+	if (rc != US_OK)
+		rc = us_err_set(err, rc, path, US_ST_DCP_KEY " %s", why.msg);
 	else if (!cJSON_IsObject(in->root))
 		rc = us_err_set(err, US_E_FORMAT, path,
 				US_ST_DCP_KEY " is not a JSON object");

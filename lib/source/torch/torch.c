@@ -41,6 +41,7 @@ struct walk {
 	const struct us_torch_archive *ta;
 	uint32_t file;
 	struct us_err *err;
+	struct us_err why;  /* a codec's reason, before the path is added */
 	uint32_t visits;    /* walk() calls so far, <= MAX_WALK_VISITS */
 	size_t json_budget; /* values us_pk_to_json_budget may still convert */
 };
@@ -49,13 +50,13 @@ static enum us_status add_tensor(struct walk *w, const char *name,
 				 const struct us_torch_tensor *tt)
 {
 	const char *path = w->sd->files[w->file].relpath;
-	const char *why = NULL;
 	struct us_tensor *t;
 	uint64_t off;
+	enum us_status st = us_torch_extent(w->ta, tt, &off, &w->why);
 
-	if (us_torch_extent(w->ta, tt, &off, &why) < 0)
-		return us_err_set(w->err, US_E_FORMAT, path, "tensor '%s': %s",
-				  name, why);
+	if (st != US_OK)
+		return us_err_set(w->err, st, path, "tensor '%s': %s", name,
+				  w->why.msg);
 	t = us_sd_add_tensor(w->dst, name, tt->dtype, tt->ndim, tt->shape, 1,
 			     path, w->err);
 	if (!t)
@@ -152,9 +153,8 @@ static enum us_status walk(struct walk *w, const struct us_pk *v,
 			   struct us_sbuf *name, int depth, bool top)
 {
 	struct us_torch_tensor tt;
-	const char *why = NULL;
 	enum us_status rc = US_OK;
-	int m;
+	bool m;
 
 	if (depth > MAX_WALK_DEPTH)
 		return us_err_set(w->err, US_E_FORMAT,
@@ -165,18 +165,17 @@ static enum us_status walk(struct walk *w, const struct us_pk *v,
 				  w->sd->files[w->file].relpath,
 				  "the pickle's shared references expand to more "
 				  "than %u values", MAX_WALK_VISITS);
-	m = us_torch_match(v, &tt, &why);
-	if (m < 0)
-		return us_err_set(w->err, US_E_UNSUPPORTED,
-				  w->sd->files[w->file].relpath,
+	rc = us_torch_match(v, &tt, &m, &w->why);
+	if (rc != US_OK)
+		return us_err_set(w->err, rc, w->sd->files[w->file].relpath,
 				  "tensor '%s': %s", name->len ? name->p : "",
-				  why);
-	if (m > 0 && depth == 0)
+				  w->why.msg);
+	if (m && depth == 0)
 		return us_err_set(w->err, US_E_UNSUPPORTED,
 				  w->sd->files[w->file].relpath,
 				  "the checkpoint is a single tensor, not a "
 				  "state dict");
-	if (m > 0)
+	if (m)
 		return add_tensor(w, name->len ? name->p : "", &tt);
 	if (us_pk_is_dictlike(v)) {
 		for (size_t i = 0; rc == US_OK && i < v->coll->keys.n; i++) {
@@ -219,16 +218,18 @@ static bool has_tensor(const struct us_pk *v, bool weights, int depth,
 		       uint32_t *budget)
 {
 	struct us_torch_tensor tt;
-	const char *why;
-	int m;
+	bool found;
 
 	if (!v || depth > MAX_WALK_DEPTH)
 		return false;
 	if (*budget == 0)
 		return true;
 	--*budget;
-	if ((m = us_torch_match(v, &tt, &why)) != 0)
-		return !weights || (m > 0 && is_weight(&tt));
+	/* a tensor that cannot be served is still a tensor, not a weight */
+	if (us_torch_match(v, &tt, &found, NULL) != US_OK)
+		return !weights;
+	if (found)
+		return !weights || is_weight(&tt);
 	if (us_pk_is_dictlike(v)) {
 		for (size_t i = 0; i < v->coll->vals.n; i++)
 			if (has_tensor(v->coll->vals.v[i], weights, depth + 1, budget))
@@ -342,20 +343,19 @@ static enum us_status optim_slot(struct walk *w, cJSON *scalars,
 				 const struct us_pk *v)
 {
 	struct us_torch_tensor tt;
-	const char *why = NULL;
 	char name[4096];
-	int m;
+	enum us_status st;
+	bool m;
 
 	if (slot->kind != US_PK_STR ||
 	    snprintf(name, sizeof(name), "state.%s.%s", pname, slot->u.str.s) >=
 	    (int)sizeof(name))
 		return US_OK;
-	m = us_torch_match(v, &tt, &why);
-	if (m < 0)
-		return us_err_set(w->err, US_E_UNSUPPORTED,
-				  w->sd->files[w->file].relpath, "'%s': %s",
-				  name, why);
-	if (m > 0)
+	st = us_torch_match(v, &tt, &m, &w->why);
+	if (st != US_OK)
+		return us_err_set(w->err, st, w->sd->files[w->file].relpath,
+				  "'%s': %s", name, w->why.msg);
+	if (m)
 		return add_tensor(w, name, &tt); /* unwrapped later (source.c) */
 	/* A scalar's key is final here: "state.<unwrapped param>.<slot>",
 	 * as its tensors are named and as the DCP reader keys them. */
@@ -431,7 +431,6 @@ static enum us_status torch_read_file(struct us_statedict *sd, int dirfd,
 	struct us_torch_archive ta;
 	struct us_arena arena;
 	struct us_sbuf name;
-	const char *why = NULL;
 	struct walk w = { .sd = sd, .dst = sd, .ta = &ta, .err = err,
 			  .json_budget = US_PK_JSON_BUDGET };
 	const struct us_pk *model;
@@ -441,10 +440,11 @@ static enum us_status torch_read_file(struct us_statedict *sd, int dirfd,
 	US_TRY(us_sd_open_file(sd, dirfd, relpath, &w.file, err));
 	us_arena_init(&arena);
 	us_sbuf_init(&name);
-	if (us_torch_archive_open(&ta, sd->files[w.file].fd, 0,
-				  (uint64_t)sd->files[w.file].size, &arena,
-				  &why) < 0) {
-		rc = us_err_set(err, US_E_FORMAT, relpath, "%s", why);
+	rc = us_torch_archive_open(&ta, sd->files[w.file].fd, 0,
+				   (uint64_t)sd->files[w.file].size, &arena,
+				   &w.why);
+	if (rc != US_OK) {
+		rc = us_err_set(err, rc, relpath, "%s", w.why.msg);
 		goto out;
 	}
 	/* --no-unwrap keeps the container level too (names.h) */
