@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 /* Format @fmt after the first @n bytes of err->msg, already written. */
+__attribute__((format(printf, 3, 0)))
 static void err_vformat(struct us_err *err, size_t n, const char *fmt, va_list ap)
 {
 	vsnprintf(err->msg + n, sizeof(err->msg) - n, fmt, ap);

@@ -2,7 +2,6 @@
 #include "zitem.h"
 
 #include <assert.h>
-#include <errno.h> /* only to read codec/zstream.h's answers (zs_status) */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +21,14 @@ static bool same_key(struct us_cache_key a, struct us_cache_key b)
 }
 
 /*
- * codec/zstream.h still answers a negative errno (its move to enum
- * us_status is the codec's part of issue 17): a failed allocation stays
- * that, anything else is the item's or its file's fault, so I/O.
+ * A failed decode on the read path: mount walked every frame and block
+ * header (zframes.h), so damage found now is in a structurally valid block,
+ * which a read answers like a bad sector: I/O.  Success and a failed
+ * allocation stay what they are.
  */
-static enum us_status zs_status(long long rc)
+static enum us_status zs_status(enum us_status rc)
 {
-	return rc == -ENOMEM ? US_E_NOMEM : US_E_IO;
+	return rc == US_OK || rc == US_E_NOMEM ? rc : US_E_IO;
 }
 
 /* Items checked by check_stream, and how it went (1 good, -1 bad), so
@@ -115,12 +115,12 @@ static enum us_status crc_stream(struct us_zstream *z, unsigned char *buf,
 				 uint64_t n, uint32_t *crc)
 {
 	while (n > 0) {
-		size_t want = n < CHUNK ? (size_t)n : CHUNK;
-		ssize_t got = us_zstream_read(z, buf, want);
+		size_t want = n < CHUNK ? (size_t)n : CHUNK, got;
+		enum us_status rc = us_zstream_read(z, buf, want, &got);
 
-		if (got < 0)
-			return zs_status(got);
-		if ((size_t)got != want)
+		if (rc != US_OK)
+			return zs_status(rc);
+		if (got != want)
 			return US_E_IO;
 		*crc = us_crc32(*crc, buf, want);
 		n -= want;
@@ -142,12 +142,15 @@ static enum us_status check_stream(const struct us_file *f,
 	uint32_t crc_all = 0, crc_head = 0;
 	uint64_t start = 0, size = 0;
 	enum us_status rc = buf && z ? US_OK : US_E_NOMEM;
+	size_t got = 0;
 
 	if (rc == US_OK && x->decoded_len < DESC)
 		rc = US_E_IO;
 	if (rc == US_OK)
 		rc = crc_stream(z, buf, x->decoded_len - DESC, &crc_all);
-	if (rc == US_OK && us_zstream_read(z, desc, DESC) != DESC)
+	if (rc == US_OK)
+		rc = zs_status(us_zstream_read(z, desc, DESC, &got));
+	if (rc == US_OK && got != DESC)
 		rc = US_E_IO;
 	if (rc == US_OK)
 		rc = record_start(x, desc, &start, &size);
@@ -308,14 +311,15 @@ static enum us_status decode_item(void *ctx, void *buf, size_t len)
 	const struct decode *d = ctx;
 	struct us_zstream *z = us_zstream_open(d->f->fd, d->x->item_off,
 					       d->x->item_len);
-	ssize_t n;
+	enum us_status rc;
+	size_t n;
 
 	if (!z)
 		return US_E_NOMEM;
-	n = us_zstream_read(z, buf, len);
+	rc = us_zstream_read(z, buf, len, &n);
 	us_zstream_close(z);
-	if (n < 0)
-		return zs_status(n);
+	if (rc != US_OK)
+		return zs_status(rc);
 	/* Shorter than the zip structure promised, or not the bytes its
 	 * CRC-32 names: EIO, never bytes that are not the item's. */
 	if ((uint64_t)n != d->x->decoded_len || check_buf(d->x, buf) != US_OK)
@@ -343,8 +347,6 @@ static enum us_status seek_stream(struct us_zitem_state *st,
 				  const struct us_file *f,
 				  const struct us_extent *x, uint64_t off)
 {
-	int rc;
-
 	if (st->z && us_zstream_pos(st->z) > off) {
 		us_zstream_close(st->z);
 		st->z = NULL;
@@ -355,8 +357,7 @@ static enum us_status seek_stream(struct us_zitem_state *st,
 		st->z = us_zstream_open(f->fd, x->item_off, x->item_len);
 	if (!st->z)
 		return US_E_NOMEM;
-	rc = us_zstream_skip(st->z, off - us_zstream_pos(st->z));
-	return rc < 0 ? zs_status(rc) : US_OK;
+	return zs_status(us_zstream_skip(st->z, off - us_zstream_pos(st->z)));
 }
 
 static enum us_status copy_streamed(struct us_zitem_state *st,
@@ -365,12 +366,12 @@ static enum us_status copy_streamed(struct us_zitem_state *st,
 				    uint64_t off, uint64_t len)
 {
 	enum us_status rc = seek_stream(st, f, x, off);
-	ssize_t n;
+	size_t n = 0;
 
-	if (rc == US_OK) {
-		n = us_zstream_read(st->z, dst, (size_t)len);
-		rc = n < 0 ? zs_status(n) : (uint64_t)n == len ? US_OK : US_E_IO;
-	}
+	if (rc == US_OK)
+		rc = zs_status(us_zstream_read(st->z, dst, (size_t)len, &n));
+	if (rc == US_OK && (uint64_t)n != len)
+		rc = US_E_IO;
 	if (rc != US_OK) {
 		/* A failed stream is not resumable. */
 		us_zstream_close(st->z);

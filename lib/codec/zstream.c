@@ -1,8 +1,6 @@
 /* zstream.c - the zstd frames at a file range, decoded as one stream. */
 #include "zstream.h"
 
-#include <assert.h>
-#include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -21,7 +19,6 @@ struct us_zstream {
 	unsigned char *scratch;  /* decoded bytes that us_zstream_skip drops */
 	uint64_t out_pos;
 	bool done;
-	enum us_status failed; /* what the last failed read met */
 };
 
 /*
@@ -93,38 +90,30 @@ static bool input_left(const struct us_zstream *z)
 	return z->in_pos < z->in_len || z->in_off < z->in_end;
 }
 
-static int refill(struct us_zstream *z)
+static enum us_status refill(struct us_zstream *z)
 {
 	uint64_t left = z->in_end - z->in_off;
 	size_t n = left < z->in_cap ? (size_t)left : z->in_cap;
-	int rc = us_pread_full(z->fd, z->in, n, z->in_off);
 
-	if (rc < 0)
-		return rc;
+	US_TRY(us_pread_exact(z->fd, z->in, n, z->in_off));
 	z->in_off += n;
 	z->in_pos = 0;
 	z->in_len = n;
-	return 0;
+	return US_OK;
 }
 
-/* One decoder step into @out.  Returns 0 or a negative errno. */
-static int step(struct us_zstream *z, ZSTD_outBuffer *out)
+/* One decoder step into @out. */
+static enum us_status step(struct us_zstream *z, ZSTD_outBuffer *out)
 {
 	ZSTD_inBuffer in;
 	size_t before = out->pos, ret;
-	int rc;
 
-	if (z->in_pos == z->in_len && z->in_off < z->in_end &&
-	    (rc = refill(z)) < 0) {
-		z->failed = US_E_IO;
-		return rc;
-	}
+	if (z->in_pos == z->in_len && z->in_off < z->in_end)
+		US_TRY(refill(z));
 	in = (ZSTD_inBuffer){ z->in, z->in_len, z->in_pos };
 	ret = ZSTD_decompressStream(z->dctx, out, &in);
-	if (ZSTD_isError(ret)) {
-		z->failed = US_E_FORMAT;
-		return -EIO;
-	}
+	if (ZSTD_isError(ret))
+		return US_E_FORMAT;
 	z->in_pos = in.pos;
 	z->out_pos += out->pos - before;
 	if (ret == 0) {
@@ -134,45 +123,40 @@ static int step(struct us_zstream *z, ZSTD_outBuffer *out)
 		 * concatenation of their contents, as torch's readers do.
 		 * Mount has walked their headers (zframes.h). */
 		z->done = !input_left(z);
-		return 0;
+		return US_OK;
 	}
 	/* The frame wants more input, and the item has none: truncated.
 	 * (With input or output room left, the decoder always progresses.) */
-	if (!input_left(z) && out->pos == before) {
-		z->failed = US_E_FORMAT;
-		return -EIO;
-	}
-	return 0;
+	if (!input_left(z) && out->pos == before)
+		return US_E_FORMAT;
+	return US_OK;
 }
 
-ssize_t us_zstream_read(struct us_zstream *z, void *buf, size_t len)
+enum us_status us_zstream_read(struct us_zstream *z, void *buf, size_t len,
+			       size_t *got)
 {
 	ZSTD_outBuffer out = { buf, len, 0 };
+	enum us_status rc = US_OK;
 
-	while (out.pos < out.size && !z->done) {
-		int rc = step(z, &out);
-
-		if (rc < 0)
-			return rc;
-	}
-	return (ssize_t)out.pos;
+	while (rc == US_OK && out.pos < out.size && !z->done)
+		rc = step(z, &out);
+	*got = out.pos;
+	return rc;
 }
 
-int us_zstream_skip(struct us_zstream *z, uint64_t n)
+enum us_status us_zstream_skip(struct us_zstream *z, uint64_t n)
 {
 	if (!z->scratch && !(z->scratch = malloc(SKIP_BUF)))
-		return -ENOMEM;
+		return US_E_NOMEM;
 	while (n > 0) {
-		size_t want = n < SKIP_BUF ? (size_t)n : SKIP_BUF;
-		ssize_t got = us_zstream_read(z, z->scratch, want);
+		size_t want = n < SKIP_BUF ? (size_t)n : SKIP_BUF, got;
 
-		if (got < 0)
-			return (int)got;
-		if ((size_t)got < want)
-			return -EIO; /* the frame ended first */
+		US_TRY(us_zstream_read(z, z->scratch, want, &got));
+		if (got < want)
+			return US_E_FORMAT; /* the item ended first */
 		n -= (uint64_t)got;
 	}
-	return 0;
+	return US_OK;
 }
 
 uint64_t us_zstream_pos(const struct us_zstream *z)
@@ -183,10 +167,4 @@ uint64_t us_zstream_pos(const struct us_zstream *z)
 bool us_zstream_done(const struct us_zstream *z)
 {
 	return z->done;
-}
-
-enum us_status us_zstream_failure(const struct us_zstream *z)
-{
-	assert(z->failed != US_OK); /* only after a read failed */
-	return z->failed;
 }

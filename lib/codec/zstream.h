@@ -37,29 +37,24 @@ void us_zstream_close(struct us_zstream *z);
 
 /*
  * us_zstream_read - decode up to @len bytes into @buf, straight from the
- * decoder (no intermediate copy).  Returns the bytes produced, fewer than
- * @len only at the end of the item's last frame; or -EIO when a frame is
- * corrupt or truncated, bytes that are not a frame follow one inside the
- * item, or the file cannot be read (-errno).
+ * decoder (no intermediate copy); *@got receives the bytes produced, fewer
+ * than @len only at the end of the item's last frame.  US_OK; US_E_FORMAT
+ * when a frame is corrupt or truncated or bytes that are not a frame follow
+ * one inside the item; US_E_IO when the file cannot be read (errno says
+ * why).  Mount tells the two apart; the read path answers EIO for both, as
+ * for a bad sector.  A failed stream cannot be resumed.
  */
-ssize_t us_zstream_read(struct us_zstream *z, void *buf, size_t len);
+enum us_status us_zstream_read(struct us_zstream *z, void *buf, size_t len,
+			       size_t *got);
 
-/* us_zstream_skip - decode and discard @n bytes.  0, -EIO if the item
- * ends first, or the error of us_zstream_read. */
-int us_zstream_skip(struct us_zstream *z, uint64_t n);
+/* us_zstream_skip - decode and discard @n bytes.  US_OK, US_E_FORMAT if
+ * the item ends first, US_E_NOMEM, or the failure of us_zstream_read. */
+enum us_status us_zstream_skip(struct us_zstream *z, uint64_t n);
 
 /* us_zstream_pos - decoded bytes produced so far. */
 uint64_t us_zstream_pos(const struct us_zstream *z);
 
 /* us_zstream_done - has the item's last frame ended? */
 bool us_zstream_done(const struct us_zstream *z);
-
-/*
- * us_zstream_failure - after us_zstream_read failed (-EIO either way, which
- * is what a read of the file answers): US_E_FORMAT when the frames are
- * corrupt or truncated, US_E_IO when the file could not be read.  Mount
- * tells the two apart; the read path has no need to.
- */
-enum us_status us_zstream_failure(const struct us_zstream *z);
 
 #endif /* US_ZSTREAM_H */

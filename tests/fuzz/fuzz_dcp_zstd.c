@@ -77,9 +77,9 @@ static int64_t decode_all(int fd, size_t len)
 	if (!z)
 		abort();
 	while (!us_zstream_done(z) && n <= DECODE_MAX) {
-		ssize_t got = us_zstream_read(z, buf, sizeof(buf));
+		size_t got;
 
-		if (got < 0) {
+		if (us_zstream_read(z, buf, sizeof(buf), &got) != US_OK) {
 			us_zstream_close(z);
 			return -1;
 		}

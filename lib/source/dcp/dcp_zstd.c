@@ -31,10 +31,12 @@ struct head {
 static const char head_too_big[] =
 	"the records before the tensor's storage exceed 16 MiB";
 
-/* A read of the stream failed: corrupt frames, or the file itself. */
-static enum us_status stream_failed(struct head *h)
+/* A read of the stream failed (@rc): corrupt frames, the file, memory. */
+static enum us_status stream_failed(struct head *h, enum us_status rc)
 {
-	if (us_zstream_failure(h->z) == US_E_IO)
+	if (rc == US_E_NOMEM)
+		return us_err_reason(h->err, US_E_NOMEM, "out of memory");
+	if (rc == US_E_IO)
 		return us_err_reason(h->err, US_E_IO, "its zstd data cannot be read");
 	return REFUSE(h, "its zstd frame is corrupt or truncated");
 }
@@ -43,8 +45,8 @@ static enum us_status stream_failed(struct head *h)
 static enum us_status need(struct head *h, size_t n)
 {
 	while (h->len < n) {
-		size_t want = n - h->len < STEP ? STEP : n - h->len;
-		ssize_t got;
+		size_t want = n - h->len < STEP ? STEP : n - h->len, got;
+		enum us_status rc;
 
 		if (n > US_DCP_ZSTD_HEAD_MAX)
 			return REFUSE(h, head_too_big);
@@ -59,11 +61,11 @@ static enum us_status need(struct head *h, size_t n)
 			h->buf = b;
 			h->cap = h->len + want;
 		}
-		got = us_zstream_read(h->z, h->buf + h->len, want);
-		if (got < 0)
-			return stream_failed(h);
-		h->len += (size_t)got;
-		if ((size_t)got < want && h->len < n)
+		rc = us_zstream_read(h->z, h->buf + h->len, want, &got);
+		if (rc != US_OK)
+			return stream_failed(h, rc);
+		h->len += got;
+		if (got < want && h->len < n)
 			return REFUSE(h, "its archive ends inside its zip records");
 	}
 	return US_OK;
@@ -370,10 +372,11 @@ static enum us_status decode_to_end(struct head *h)
 	uint64_t n = h->len;
 
 	while (!us_zstream_done(h->z)) {
-		ssize_t got = us_zstream_read(h->z, buf, sizeof(buf));
+		size_t got;
+		enum us_status rc = us_zstream_read(h->z, buf, sizeof(buf), &got);
 
-		if (got < 0)
-			return stream_failed(h);
+		if (rc != US_OK)
+			return stream_failed(h, rc);
 		n += (uint64_t)got;
 		if (n > US_DCP_ZSTD_HEAD_MAX)
 			return REFUSE(h, "it decodes to more than 16 MiB");
