@@ -264,8 +264,9 @@ static void reply_buffered(fuse_req_t req, const struct us_node *n,
 
 		got = st == US_OK ? (long long)nread : -us_status_errno(st);
 	} else {
-		int rc = us_pread_full((int)fi->fh, buf, size, (uint64_t)off);
-		got = rc < 0 ? rc : (long long)size;
+		/* a passthrough file: its own errno (EIO when it ends early) */
+		got = us_pread_exact((int)fi->fh, buf, size, (uint64_t)off) == US_OK
+			      ? (long long)size : -errno;
 	}
 	if (got < 0)
 		fuse_reply_err(req, (int)-got);

@@ -31,11 +31,6 @@ enum us_status us_pread_exact(int fd, void *buf, size_t len, uint64_t off)
 	return US_OK;
 }
 
-int us_pread_full(int fd, void *buf, size_t len, uint64_t off)
-{
-	return us_pread_exact(fd, buf, len, off) == US_OK ? 0 : -errno;
-}
-
 static bool same_time(const struct timespec *a, const struct timespec *b)
 {
 	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;

@@ -18,13 +18,6 @@
 enum us_status us_pread_exact(int fd, void *buf, size_t len, uint64_t off);
 
 /*
- * us_pread_full - the same as 0 or a negative errno, for the mount-time
- * readers (codec/, source/) that still name the errno in their messages;
- * they move to us_pread_exact with the error-type conversion of issue 17.
- */
-int us_pread_full(int fd, void *buf, size_t len, uint64_t off);
-
-/*
  * us_same_file - is @now (a fresh fstat) still the file @was recorded at mount?
  * Device, inode, size, mtime and ctime must all match: an in-place rewrite can
  * restore the mtime (utime, rsync --inplace -t), but every write and every

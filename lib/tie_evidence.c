@@ -238,7 +238,7 @@ static char *read_config(int dirfd, size_t *len)
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
 	    (uint64_t)st.st_size <= MAX_CONFIG && (text = malloc((size_t)st.st_size + 1))) {
 		*len = (size_t)st.st_size;
-		if (us_pread_full(fd, text, *len, 0) < 0) {
+		if (us_pread_exact(fd, text, *len, 0) != US_OK) {
 			free(text);
 			text = NULL;
 		} else {

@@ -236,7 +236,6 @@ static enum us_status check_byteorder(const struct us_torch_archive *ta,
 	char text[8];
 	uint64_t off;
 	enum us_status st;
-	int rc;
 
 	if (!e)
 		return US_OK;
@@ -246,8 +245,7 @@ static enum us_status check_byteorder(const struct us_torch_archive *ta,
 	st = us_zip_data(&ta->zip, e, &off, err);
 	if (st != US_OK)
 		return us_err_reason(err, st, "%s", unreadable);
-	rc = us_pread_full(fd, text, (size_t)e->size, base + off);
-	if (rc < 0)
+	if (us_pread_exact(fd, text, (size_t)e->size, base + off) != US_OK)
 		return us_err_reason(err, US_E_IO, "%s", unreadable);
 	if (e->size == 6 && !memcmp(text, "little", 6))
 		return US_OK;
@@ -268,16 +266,17 @@ static enum us_status load_data_pkl(struct us_torch_archive *ta, int fd,
 	uint64_t off;
 	size_t used;
 	enum us_status st;
-	int rc;
 
 	US_TRY(us_zip_data(&ta->zip, pkl, &off, err));
 	buf = malloc((size_t)pkl->size + 1);
 	if (!buf)
 		return us_err_reason(err, US_E_NOMEM, "out of memory");
-	rc = us_pread_full(fd, buf, (size_t)pkl->size, base + off);
-	st = rc < 0 ? us_err_reason(err, US_E_IO, "cannot read data.pkl")
-		    : us_pickle_load_bounded(buf, (size_t)pkl->size, a, budget,
-					     &ta->root, &used, err);
+	st = us_pread_exact(fd, buf, (size_t)pkl->size, base + off);
+	if (st != US_OK)
+		st = us_err_reason(err, US_E_IO, "cannot read data.pkl");
+	else
+		st = us_pickle_load_bounded(buf, (size_t)pkl->size, a, budget,
+					    &ta->root, &used, err);
 	free(buf);
 	return st;
 }

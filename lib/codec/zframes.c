@@ -52,7 +52,7 @@ static enum us_status get(struct walk *w, unsigned char *buf, size_t n)
 	if (n > w->end - w->pos)
 		return fail(w, w->pos, "its zstd data ends inside a frame "
 				       "(truncated)");
-	if (us_pread_full(w->fd, buf, n, w->pos) < 0) {
+	if (us_pread_exact(w->fd, buf, n, w->pos) != US_OK) {
 		/* inside the item, which the caller checked against the
 		 * file: the file failed, not its format */
 		w->out->bad_at = w->pos - w->base;

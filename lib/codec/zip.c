@@ -2,6 +2,7 @@
 #include "zip.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,18 +23,16 @@
 #define MAX_COMMENT 65535u
 #define MAX_CD (256ull << 20)
 
-static int rd(const struct us_zip *z, void *buf, size_t n, uint64_t off)
+/* Read @n bytes at @off of the archive, @what for the message.  A failure
+ * is the file's, not its format's: the caller checked the range against
+ * the archive's size. */
+static enum us_status rd(const struct us_zip *z, void *buf, size_t n,
+			 uint64_t off, const char *what, struct us_err *err)
 {
-	return us_pread_full(z->fd, buf, n, z->base + off);
-}
-
-/* A read of bytes inside the archive failed.  The caller checked the
- * archive against the file's size, so this is the file, not its format. */
-static enum us_status read_failed(int rc, const char *what, struct us_err *err)
-{
-	assert(rc < 0);
-	return us_err_reason(err, US_E_IO, "cannot read %s: %s", what,
-			     strerror(-rc));
+	if (us_pread_exact(z->fd, buf, n, z->base + off) != US_OK)
+		return us_err_reason(err, US_E_IO, "cannot read %s: %s", what,
+				     strerror(errno));
+	return US_OK;
 }
 
 /*
@@ -46,18 +45,15 @@ static enum us_status find_eocd(struct us_zip *z, unsigned char *tail,
 				size_t tlen, uint64_t *eocd, struct us_err *err)
 {
 	uint64_t start = z->len - tlen;
-	int rc = rd(z, tail + tlen - EOCD_LEN, EOCD_LEN, z->len - EOCD_LEN);
 
-	if (rc < 0)
-		return read_failed(rc, "its end record", err);
+	US_TRY(rd(z, tail + tlen - EOCD_LEN, EOCD_LEN, z->len - EOCD_LEN,
+		  "its end record", err));
 	if (us_le(tail + tlen - EOCD_LEN, 4) == SIG_EOCD &&
 	    us_le(tail + tlen - EOCD_LEN + 20, 2) == 0) {
 		*eocd = z->len - EOCD_LEN;
 		return US_OK;
 	}
-	rc = rd(z, tail, tlen, start);
-	if (rc < 0)
-		return read_failed(rc, "its end record", err);
+	US_TRY(rd(z, tail, tlen, start, "its end record", err));
 	for (size_t i = tlen - EOCD_LEN + 1; i-- > 0;) {
 		if (us_le(tail + i, 4) == SIG_EOCD &&
 		    i + EOCD_LEN + us_le(tail + i + 20, 2) == tlen) {
@@ -76,21 +72,17 @@ static enum us_status read_zip64(struct us_zip *z, uint64_t eocd,
 {
 	unsigned char loc[LOC64_LEN], rec[EOCD64_LEN];
 	uint64_t off;
-	int rc;
 
 	if (eocd < LOC64_LEN)
 		return US_OK; /* no room for zip64: the classic values stand */
-	rc = rd(z, loc, LOC64_LEN, eocd - LOC64_LEN);
-	if (rc < 0)
-		return read_failed(rc, "its zip64 end locator", err);
+	US_TRY(rd(z, loc, LOC64_LEN, eocd - LOC64_LEN, "its zip64 end locator",
+		  err));
 	if (us_le(loc, 4) != SIG_LOC64)
 		return US_OK; /* no zip64 */
 	off = us_le(loc + 8, 8);
 	if (off > eocd - LOC64_LEN || eocd - LOC64_LEN - off < EOCD64_LEN)
 		return us_err_reason(err, US_E_FORMAT, "bad zip64 end record");
-	rc = rd(z, rec, EOCD64_LEN, off);
-	if (rc < 0)
-		return read_failed(rc, "its zip64 end record", err);
+	US_TRY(rd(z, rec, EOCD64_LEN, off, "its zip64 end record", err));
 	if (us_le(rec, 4) != SIG_EOCD64)
 		return us_err_reason(err, US_E_FORMAT, "bad zip64 end record");
 	*count = us_le(rec + 32, 8);
@@ -257,7 +249,6 @@ static enum us_status read_central(struct us_zip *z, uint64_t cd_size,
 {
 	unsigned char *cd;
 	enum us_status st;
-	int rc;
 
 	z->v = us_arena_calloc(a, (size_t)count + 1, sizeof(*z->v));
 	cd = malloc((size_t)cd_size + 1);
@@ -265,9 +256,9 @@ static enum us_status read_central(struct us_zip *z, uint64_t cd_size,
 		free(cd);
 		return us_err_reason(err, US_E_NOMEM, "out of memory");
 	}
-	rc = rd(z, cd, (size_t)cd_size, z->cd_off);
-	st = rc < 0 ? read_failed(rc, "the central directory", err)
-		    : parse_central(z, cd, cd_size, count, a, err);
+	st = rd(z, cd, (size_t)cd_size, z->cd_off, "the central directory", err);
+	if (st == US_OK)
+		st = parse_central(z, cd, cd_size, count, a, err);
 	free(cd);
 	z->n = (size_t)count;
 	return st;
@@ -392,7 +383,6 @@ enum us_status us_zip_data(const struct us_zip *z, const struct us_zip_entry *e,
 	size_t nlen = strlen(e->name);
 	unsigned char *h;
 	enum us_status st;
-	int rc;
 
 	assert(e->limit <= z->cd_off);
 	if (!fits_limit(e, 0))
@@ -401,9 +391,10 @@ enum us_status us_zip_data(const struct us_zip *z, const struct us_zip_entry *e,
 	if (!h)
 		return us_err_reason(err, US_E_NOMEM, "out of memory");
 	/* fits_limit: the header lies before the central directory */
-	rc = rd(z, h, LOCAL_LEN + nlen, e->local_off);
-	st = rc < 0 ? read_failed(rc, "a zip record's local header", err)
-		    : local_data(e, h, off, err);
+	st = rd(z, h, LOCAL_LEN + nlen, e->local_off,
+		"a zip record's local header", err);
+	if (st == US_OK)
+		st = local_data(e, h, off, err);
 	free(h);
 	return st;
 }

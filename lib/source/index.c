@@ -1,6 +1,7 @@
 /* index.c - the JSON index of a sharded checkpoint. */
 #include "index.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +20,6 @@ static enum us_status index_load(struct us_statedict *sd, int dirfd,
 	enum us_status st;
 	uint32_t idx;
 	char *text;
-	int io;
 
 	/* Opened as a source file: it is consumed (not passed through) and
 	 * held like the shards, though no tensor data comes from it. */
@@ -31,11 +31,11 @@ static enum us_status index_load(struct us_statedict *sd, int dirfd,
 	text = malloc((size_t)f->size + 1);
 	if (!text)
 		return us_err_set(err, US_E_NOMEM, relpath, "out of memory");
-	io = us_pread_full(f->fd, text, (size_t)f->size, 0);
-	if (io < 0) {
+	if (us_pread_exact(f->fd, text, (size_t)f->size, 0) != US_OK) {
+		us_err_set(err, US_E_IO, relpath, "cannot read: %s",
+			   strerror(errno));
 		free(text);
-		return us_err_set(err, US_E_IO, relpath, "cannot read: %s",
-				  strerror(-io));
+		return US_E_IO;
 	}
 	st = us_json_parse(text, (size_t)f->size, root, &why);
 	free(text);

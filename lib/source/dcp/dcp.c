@@ -15,6 +15,7 @@
  */
 #include "../source.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -535,7 +536,6 @@ static enum us_status load_metadata(struct dcp *d, const struct us_pk **root)
 	uint32_t idx;
 	size_t used;
 	enum us_status st;
-	int rc;
 
 	US_TRY(us_sd_open_file(d->sd, d->dirfd, d->metapath, &idx, d->err));
 	f = &d->sd->files[idx];
@@ -545,11 +545,11 @@ static enum us_status load_metadata(struct dcp *d, const struct us_pk **root)
 	buf = malloc((size_t)f->size + 1);
 	if (!buf)
 		return us_err_set(d->err, US_E_NOMEM, d->metapath, "out of memory");
-	rc = us_pread_full(f->fd, buf, (size_t)f->size, 0);
-	if (rc < 0) {
+	if (us_pread_exact(f->fd, buf, (size_t)f->size, 0) != US_OK) {
+		us_err_set(d->err, US_E_IO, d->metapath, "cannot read: %s",
+			   strerror(errno));
 		free(buf);
-		return us_err_set(d->err, US_E_IO, d->metapath, "cannot read: %s",
-				  strerror(-rc));
+		return US_E_IO;
 	}
 	st = us_pickle_load(buf, (size_t)f->size, &d->arena,
 			    (struct us_pk **)root, &used, &why);

@@ -41,15 +41,13 @@ static enum us_status st_read_header(const struct us_file *f, cJSON **root,
 	struct us_err why;
 	enum us_status st;
 	char *hdr;
-	int rc;
 
 	if (f->size < 8)
 		return us_err_set(err, US_E_FORMAT, f->relpath,
 				  "not a safetensors file: shorter than 8 bytes");
-	rc = us_pread_full(f->fd, len8, 8, 0);
-	if (rc < 0)
+	if (us_pread_exact(f->fd, len8, 8, 0) != US_OK)
 		return us_err_set(err, US_E_IO, f->relpath, "cannot read: %s",
-				  strerror(-rc));
+				  strerror(errno));
 	for (int i = 7; i >= 0; i--)
 		n = n << 8 | len8[i];
 	/* n is the file's first 8 bytes, unvalidated: any file can sit here
@@ -69,11 +67,11 @@ static enum us_status st_read_header(const struct us_file *f, cJSON **root,
 	hdr = malloc(n ? n : 1);
 	if (!hdr)
 		return us_err_set(err, US_E_NOMEM, f->relpath, "out of memory");
-	rc = us_pread_full(f->fd, hdr, n, 8);
-	if (rc < 0) {
+	if (us_pread_exact(f->fd, hdr, n, 8) != US_OK) {
+		us_err_set(err, US_E_IO, f->relpath, "cannot read: %s",
+			   strerror(errno));
 		free(hdr);
-		return us_err_set(err, US_E_IO, f->relpath, "cannot read: %s",
-				  strerror(-rc));
+		return US_E_IO;
 	}
 	if (n == 0 || hdr[0] != '{') {
 		free(hdr);

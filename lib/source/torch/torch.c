@@ -474,10 +474,10 @@ static enum us_status torch_read_checked(struct us_statedict *sd, int dirfd,
 	int fd = openat(dirfd, relpath, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 
 	if (fd >= 0) {
-		int rc = us_pread_full(fd, magic, 4, 0);
+		enum us_status rc = us_pread_exact(fd, magic, 4, 0);
 
 		close(fd);
-		if (rc == 0 && memcmp(magic, "PK\x03\x04", 4) != 0)
+		if (rc == US_OK && memcmp(magic, "PK\x03\x04", 4) != 0)
 			return us_err_set(err, US_E_UNSUPPORTED, relpath,
 					  "not a zip: the legacy (torch < 1.6) "
 					  "torch.save format is not supported; "
