@@ -109,6 +109,11 @@ static int print_row(const struct us_statedict *sd, const struct us_tensor *t,
 	return rc < 0 ? -1 : 0;
 }
 
+static const char *plural(unsigned long long n)
+{
+	return n == 1 ? "" : "s";
+}
+
 int us_inspect_print(const struct us_statedict *sd, bool json, FILE *out)
 {
 	unsigned long long total = 0;
@@ -132,8 +137,9 @@ int us_inspect_print(const struct us_statedict *sd, bool json, FILE *out)
 		else
 			total += sd->tensors[i].nbytes;
 	}
-	fprintf(out, "%zu tensors (%zu tied to another), %llu bytes, %zu source "
-		"files (%s)\n", sd->ntensors, tied, total, sd->nfiles,
+	fprintf(out, "%zu tensor%s (%zu tied to another), %llu byte%s, %zu source "
+		"file%s (%s)\n", sd->ntensors, plural(sd->ntensors), tied, total,
+		plural(total), sd->nfiles, plural(sd->nfiles),
 		sd->format ? sd->format : "?");
 	return ferror(out) ? -1 : 0;
 }

@@ -1,5 +1,6 @@
 """Command line: usage, --help, inspect and inspect --json."""
 import json
+import os
 import math
 import re
 
@@ -40,7 +41,7 @@ def test_inspect_table(source):
     lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
     assert lines[0].split() == ["NAME", "DTYPE", "SHAPE", "BYTES", "CHUNKS", "SOURCE"], lines[0]
     total = re.fullmatch(r"(\d+) tensors \((\d+) tied to another\), (\d+) bytes, "
-                         r"(\d+) source files \(safetensors\)", lines[-1])
+                         r"(\d+) source files? \(safetensors\)", lines[-1])
     assert total, f"no summary line: {lines[-1]!r}"
     assert int(total[1]) == len(expect) and int(total[2]) == 0, lines[-1]
     assert int(total[3]) == sum(len(raw) for _d, _s, raw, _r in expect.values()), lines[-1]
@@ -157,3 +158,25 @@ def test_sizes_as_huggingface_reads_them(tmp_path):
         assert r.returncode == 1, (bad, r.stderr)
     r = run_cli("inspect", "--cache-size=20000000TB", SOURCES["sample"])
     assert r.returncode == 1, r.stderr  # overflows 2^64
+
+
+def test_version_says_plainly_when_there_is_no_gpu():
+    """No GPU is the usual case: "no CUDA device", not the CUDA runtime's "driver version
+    is insufficient", which reads as something to fix."""
+    r = run_cli("--version")
+    assert r.returncode == 0 and r.stdout.startswith("unshardfs "), r
+    if os.path.exists("/proc/driver/nvidia/version"):
+        assert re.search(r"(\d+ CUDA devices?|no CUDA device)\)$", r.stdout.strip()), r.stdout
+    else:
+        assert "no CUDA device" in r.stdout and "insufficient" not in r.stdout, r.stdout
+
+
+def test_inspect_summary_is_pluralised(tmp_path):
+    """One of a thing is singular: "1 tensor", "1 source file"."""
+    from safetensors.numpy import save_file
+    import numpy as np
+    save_file({"w": np.zeros(1, dtype=np.uint8)}, str(tmp_path / "model.safetensors"))
+    r = run_cli("inspect", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == \
+        "1 tensor (0 tied to another), 1 byte, 1 source file (safetensors)", r.stdout
