@@ -19,14 +19,21 @@
 #include "view/view.h"
 
 /*
- * us_export - write @views (@n of them, in order) to o->out: "-" is stdout
- * (one view only); a directory (always, with --max-shard-size, made if
- * missing) gets each view under its own name; anything else is the one
- * view's file.  Progress on stderr when it is a terminal and not -q.
- * Returns the exit status: 0, 1 (usage: OUT cannot take this view set)
- * or 2 (a read or write failed; one line on stderr).  After a caught
- * signal it cleans up and dies of that signal.
+ * us_export - write @views (@n of them, in order; the model's) to o->out:
+ * "-" is stdout (one view only, never a terminal); a directory (an existing
+ * one, OUT ending in '/', or any OUT with --max-shard-size or --optimizer;
+ * made if missing) gets a complete loadable directory: each view under its
+ * own name, every file a mount of @sd would pass through (read from
+ * SOURCE's directory @srcfd, -1 when SOURCE is one file) and, with
+ * --optimizer, optimizer.safetensors and optimizer.json; anything else is
+ * the one view's file.  An output name that exists is refused unless
+ * --force, before anything is written.  Progress on stderr when it is a
+ * terminal and not -q.  Returns the exit status: 0, 1 (usage: OUT cannot
+ * take this view set, exists, or is a terminal) or 2 (a read or write
+ * failed; one line on stderr).  After a caught signal it cleans up and
+ * dies of that signal.
  */
-int us_export(const struct us_opts *o, struct us_view *const *views, size_t n);
+int us_export(const struct us_opts *o, const struct us_statedict *sd,
+	      int srcfd, struct us_view *const *views, size_t n);
 
 #endif /* US_EXPORT_H */

@@ -431,7 +431,7 @@ int main(int argc, char **argv)
 	if (rc == 0 && o.inspect)
 		rc = us_inspect_print(m.sd, o.json, stdout) < 0 ? EXIT_REFUSED : 0;
 	else if (rc == 0 && o.export_cmd)
-		rc = us_export(&o, m.views, m.nviews);
+		rc = us_export(&o, m.sd, m.srcfd, m.views, m.nviews);
 	else if (rc == 0)
 		rc = serve(&o, &m);
 	mount_state_free(&m);

@@ -21,9 +21,10 @@ void us_opts_usage(FILE *out)
 "consolidated state dict (model.safetensors, pytorch_model.bin, tensors/),\n"
 "with the checkpoint's other files passed through.  Unmount with:\n"
 "fusermount3 -u MOUNTPOINT.  inspect prints the resolved tensor table;\n"
-"export writes a view to OUT without FUSE (a file, '-' for stdout, or a\n"
-"directory: the view's own file name(s) in it; with --max-shard-size OUT is\n"
-"always a directory).\n"
+"export writes a view to OUT without FUSE: a file, '-' for stdout (not a\n"
+"terminal), or a directory (an existing one, or OUT ending in '/'; always\n"
+"with --max-shard-size): a complete loadable directory, the view's own\n"
+"file name(s) and every file the mount passes through.\n"
 "\n"
 "general options:\n"
 "    -h, --help             print this help and exit\n"
@@ -83,6 +84,10 @@ void us_opts_usage(FILE *out)
 "export options:\n"
 "    --view=V               safetensors|bin: model.safetensors (or its shards)\n"
 "                           or pytorch_model.bin (default: safetensors)\n"
+"    --optimizer            also write optimizer.safetensors and\n"
+"                           optimizer.json (OUT a directory; default: off)\n"
+"    --force                replace output files that already exist\n"
+"                           (default: refuse, exit status 1)\n"
 "\n"
 "exit status: 0 mounted (or inspect/export done), 1 usage error, 2 the\n"
 "checkpoint cannot be served or written (one line on stderr:\n"
@@ -341,6 +346,10 @@ static int parse_short(struct us_opts *o, int argc, char **argv, int *i)
 		return o->version = true, 0;
 	if (!strcmp(a, "--json") && o->inspect)
 		return o->json = true, 0;
+	if (!strcmp(a, "--force") && o->export_cmd)
+		return o->force = true, 0;
+	if (!strcmp(a, "--optimizer") && o->export_cmd)
+		return o->optimizer = true, 0;
 	if (!strcmp(a, "-o"))
 		return add_fuse_opt(o, *i + 1 < argc ? argv[++*i] : NULL);
 	if (!strncmp(a, "-o", 2))

@@ -36,6 +36,8 @@ struct us_opts {
 	const char *source, *mountpoint;
 	const char *out;           /* export: a file, a directory or "-" */
 	const char *view;          /* export: safetensors|bin */
+	bool force;                /* export --force: replace existing files */
+	bool optimizer;            /* export --optimizer: optimizer.* too */
 	uint64_t max_shard_size;   /* 0: one model.safetensors */
 	const char *fuse_opts[US_MAX_FUSE_OPTS]; /* one FUSE option each */
 	size_t nfuse_opts;

@@ -102,7 +102,7 @@ def test_inspect_refuses_like_mount(tmp_path):
 
 def _export(tmp_path, tag, *opts, src="sample"):
     out = tmp_path / tag
-    r = run_cli("export", "-q", *opts, SOURCES[src], str(out) + ("/" if "--max-shard-size" in
+    r = run_cli("export", "-q", "--force", *opts, SOURCES[src], str(out) + ("/" if "--max-shard-size" in
                                                                   " ".join(opts) else ""))
     assert r.returncode == 0, (opts, r.stderr)
     if out.is_dir():
