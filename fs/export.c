@@ -263,6 +263,22 @@ static bool shadowed(const char *name, struct us_view *const *views, size_t n)
 	return false;
 }
 
+static void mark_visible(const struct us_pt_list *pt, struct us_view *const *views,
+			 size_t n, bool *keep)
+{
+	for (size_t i = 0; i < pt->n; i++) {
+		const struct us_pt_entry *e = &pt->v[i];
+
+		keep[i] = e->parent == SIZE_MAX ? !shadowed(e->name, views, n)
+						: keep[e->parent];
+	}
+}
+
+void us_pt_mark_visible(const struct us_pt_list *pt, bool *keep)
+{
+	mark_visible(pt, NULL, 0, keep);
+}
+
 /* A directory is made only when a file goes in it: an Accelerate
  * checkpoint's pytorch_model_fsdp_0/ holds nothing but checkpoint shards. */
 static void mark_parents_used(struct export *x, size_t i)
@@ -290,11 +306,10 @@ static int plan_passthrough(struct export *x, const struct us_statedict *sd,
 		us_msg(LOG_ERR, "%s: out of memory", x->o->out);
 		return EXIT_FAILED;
 	}
+	mark_visible(&x->pt, views, n, x->pt_keep);
 	for (size_t i = 0; i < x->pt.n; i++) {
 		const struct us_pt_entry *e = &x->pt.v[i];
 
-		x->pt_keep[i] = e->parent == SIZE_MAX ?
-				!shadowed(e->name, views, n) : x->pt_keep[e->parent];
 		if (!x->pt_keep[i] || S_ISDIR(e->st.st_mode))
 			continue;
 		if (add_file(x, out_path(x, e->relpath), NULL, e->relpath,

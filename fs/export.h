@@ -13,6 +13,7 @@
 #ifndef US_EXPORT_H
 #define US_EXPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "opts.h"
@@ -35,5 +36,14 @@
  */
 int us_export(const struct us_opts *o, const struct us_statedict *sd,
 	      int srcfd, struct us_view *const *views, size_t n);
+
+/*
+ * us_pt_mark_visible - @keep[i] (an array of @pt->n) says whether the
+ * passthrough entry i shows beside the views: a root name a mount serves
+ * from the state dict (model.safetensors, tensors, ...) hides the source
+ * file, and a hidden directory everything below it.  What inspect lists.
+ */
+struct us_pt_list;
+void us_pt_mark_visible(const struct us_pt_list *pt, bool *keep);
 
 #endif /* US_EXPORT_H */

@@ -4,7 +4,10 @@ import os
 import math
 import re
 
-from conftest import DTYPE_SIZE, SOURCES, run_cli, source_tensors
+import pytest
+from safetensors import safe_open
+
+from conftest import DTYPE_SIZE, FIXTURES, SOURCES, mount, run_cli, source_tensors
 
 
 def test_no_args_is_usage_error():
@@ -38,7 +41,8 @@ def test_inspect_table(source):
     expect = source_tensors(src)
     r = run_cli("inspect", src)
     assert r.returncode == 0, r.stderr
-    lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+    # the model's table is the first block; optimizer and passthrough sections follow
+    lines = [ln for ln in r.stdout.split("\n\n")[0].splitlines() if ln.strip()]
     assert lines[0].split() == ["NAME", "DTYPE", "SHAPE", "BYTES", "CHUNKS", "SOURCE"], lines[0]
     total = re.fullmatch(r"(\d+) tensors \((\d+) tied to another\), (\d+) bytes, "
                          r"(\d+) source files? \(safetensors\)", lines[-1])
@@ -180,3 +184,60 @@ def test_inspect_summary_is_pluralised(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[-1] == \
         "1 tensor (0 tied to another), 1 byte, 1 source file (safetensors)", r.stdout
+
+
+def _passed_through(mnt):
+    """{relative path: size} of the files a mount serves as they are."""
+    views = {"model.safetensors", "pytorch_model.bin", "optimizer.safetensors",
+             "optimizer.json", "tensors"}
+    out = {}
+    for d, dirs, files in os.walk(mnt):
+        rel = os.path.relpath(d, mnt)
+        if rel == ".":
+            dirs[:] = [x for x in dirs if x not in views]
+        for f in files:
+            p = os.path.normpath(os.path.join(rel, f))
+            if p not in views:
+                out[p] = os.path.getsize(os.path.join(d, f))
+    return out
+
+
+@pytest.mark.parametrize("name", ["sample", "single", "torch/accelerate", "torch/script_rng",
+                                  "torch/fsdp2_2rank"])
+def test_inspect_lists_optimizer_and_passthrough(name):
+    """inspect shows what a mount serves besides the model: optimizer.safetensors' tensors,
+    optimizer.json's size, and every passed-through file, in text (sections after the model
+    table) and in --json ("optimizer", "passthrough"); the model's part is unchanged."""
+    src = SOURCES.get(name) or os.path.join(FIXTURES, name)
+    with mount(src) as mnt:
+        pt = _passed_through(mnt)
+        opt = None
+        if os.path.exists(os.path.join(mnt, "optimizer.safetensors")):
+            with safe_open(os.path.join(mnt, "optimizer.safetensors"), "np") as f:
+                opt = {k: f.get_slice(k).get_shape() for k in f.keys()}
+        opt_json = os.path.exists(os.path.join(mnt, "optimizer.json")) and \
+            os.path.getsize(os.path.join(mnt, "optimizer.json"))
+    doc = json.loads(run_cli("inspect", "--json", src).stdout)
+    assert {p["path"]: p["bytes"] for p in doc["passthrough"]} == pt
+    if opt is None and not opt_json:
+        assert doc["optimizer"] is None
+    else:
+        assert {t["name"]: t["shape"] for t in doc["optimizer"]["tensors"]} == (opt or {})
+        assert doc["optimizer"]["json_bytes"] == (opt_json or None)
+    blocks = run_cli("inspect", src).stdout.split("\n\n")
+    titles = [b.splitlines()[0] for b in blocks[1:]]
+    assert ("optimizer (optimizer.safetensors, optimizer.json):" in titles) == \
+        (doc["optimizer"] is not None), titles
+    if pt:
+        block = blocks[titles.index("passed through (served as they are):") + 1]
+        rows = block.splitlines()
+        assert rows[1].split() == ["BYTES", "PATH"]
+        assert {r.split(None, 1)[1]: int(r.split()[0]) for r in rows[2:-1]} == pt
+        assert rows[-1] == f"{len(pt)} file{'s' if len(pt) != 1 else ''}, " \
+            f"{sum(pt.values())} byte{'s' if sum(pt.values()) != 1 else ''}"
+    if opt:
+        block = blocks[titles.index("optimizer (optimizer.safetensors, optimizer.json):") + 1]
+        rows = block.splitlines()
+        assert rows[1].split()[:3] == ["NAME", "DTYPE", "SHAPE"]
+        assert {r.split()[0] for r in rows[2:-1]} == set(opt)
+        assert rows[-1].startswith(f"{len(opt)} optimizer tensors, ")
