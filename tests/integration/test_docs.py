@@ -39,7 +39,13 @@ def marked_blocks(path):
     with open(path) as f:
         lines = f.read().split("\n")
     blocks = []
+    in_fence = False
     for i, line in enumerate(lines):
+        if line.startswith("```"):
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            continue  # a marker shown inside a block is text
         m = MARKER.match(line)
         if not m:
             if "doctest" in line and line.lstrip().startswith("<!--"):
@@ -127,7 +133,8 @@ def test_a_failing_command_fails_the_doctest(tmp_path):
     doc.write_text("intro\n\n<!-- doctest src=single -->\n```sh\n"
                    "unshardfs src /mnt/m\nls /mnt/m/model.safetensors\n```\n\n"
                    "<!-- doctest -->\n```sh\nfalse\necho not reached\n```\n\n"
-                   "```sh\nfalse   # not marked: never run\n```\n")
+                   "```sh\nfalse   # not marked: never run\n```\n"
+                   "```\n<!-- doctest -->\n```\n")  # a marker quoted in a block: text
     (ok, ok_subs, ok_code), (bad, bad_subs, bad_code) = marked_blocks(str(doc))
     assert (ok, bad) == (4, 10)
     r = run_block(ok_subs, ok_code)
