@@ -78,3 +78,16 @@ def test_paths(tmp_path):
     # export's OUT: anything
     assert "notes.txt" in complete("export", "ckpt", "", cwd=tmp_path)
     assert complete("inspect", "c", cwd=tmp_path) == {"ckpt"}
+
+
+def test_every_option_of_help_is_completed():
+    """The completion's lists follow fs/opts.c: each option --help names is offered."""
+    from conftest import run_cli
+    import re
+    text = run_cli("--help").stdout
+    opts = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+|-[a-zA-Z])(?=[=\s,])", text))
+    opts -= {"--NAME", "-u"}  # "--NAME=VALUE", "fusermount3 -u"
+    offered = complete("--") | complete("-") | complete("export", "--") | \
+        complete("inspect", "--")
+    offered = {o.rstrip("=") for o in offered}
+    assert opts - offered == set(), sorted(opts - offered)
