@@ -144,6 +144,8 @@ def test_export_sigint_removes_temp(tmp_path):
     proc.wait(timeout=30)
     assert leftovers(out) == [], os.listdir(out)
     assert not os.path.exists(out / "model.safetensors.index.json")
+    # nothing was published: config.json, written first, waits for the set's renames too
+    assert os.listdir(out) == [], os.listdir(out)
 
 
 def test_export_progress_only_on_a_terminal(tmp_path):
