@@ -429,7 +429,8 @@ int main(int argc, char **argv)
 		return rc;
 	rc = prepare(&o, &m);
 	if (rc == 0 && o.inspect)
-		rc = us_inspect_print(m.sd, m.srcfd, o.json, stdout) < 0 ? EXIT_REFUSED : 0;
+		rc = us_inspect_print(m.sd, m.srcfd, o.json, stdout) < 0 ?
+		     EXIT_REFUSED : 0;
 	else if (rc == 0 && o.export_cmd)
 		rc = us_export(&o, m.sd, m.srcfd, m.views, m.nviews);
 	else if (rc == 0)
