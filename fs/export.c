@@ -21,6 +21,7 @@
 
 #include "msg.h"
 #include "progress.h"
+#include "source/passthrough.h"
 #include "source/source.h" /* us_dirlist */
 #include "status_errno.h"
 
@@ -29,11 +30,29 @@
 #define EXIT_FAILED 2
 
 struct out_file {
-	const struct us_view *v;
+	const struct us_view *v; /* the bytes: a rendered view, or */
+	const char *src;         /* a passthrough file, relative to SOURCE */
+	uint64_t size;           /* expected, for the progress total */
 	char *path;  /* the final name; NULL for stdout */
 	char *tmp;   /* "<path>.tmp.<pid>" while it is being written */
 	int fd;
 	bool direct; /* OUT is a device or a FIFO: written in place */
+};
+
+/* One export: every file it writes, in the order they are published. */
+struct export {
+	const struct us_opts *o;
+	struct us_assembler *as;  /* reads the views' tensors */
+	int srcfd;                /* SOURCE's directory, or -1 */
+	struct out_file *f;
+	size_t n, cap;
+	size_t model_at, nmodel;  /* f[model_at..]: the model's view(s) */
+	struct us_view *own[2];   /* optimizer views made here, freed here */
+	size_t nown;
+	struct us_pt_list pt;
+	bool *pt_keep;            /* pt entry i is written (not shadowed) */
+	bool *pt_used;            /* directory entry i has a file below it */
+	bool dir;                 /* OUT is a directory */
 };
 
 static volatile sig_atomic_t caught;
@@ -75,39 +94,76 @@ static char *join(const char *a, const char *sep, const char *b)
 	return p;
 }
 
-static void files_free(struct out_file *f, size_t n)
+/* OUT/@name, without doubling the '/' of "OUTDIR/". */
+static char *out_path(const struct export *x, const char *name)
 {
-	for (size_t i = 0; i < n; i++) {
-		if (f[i].fd >= 0 && (f[i].path || f[i].direct))
-			close(f[i].fd);
-		if (f[i].tmp)
-			unlink(f[i].tmp); /* still there only when not renamed */
-		free(f[i].path);
-		free(f[i].tmp);
-	}
-	free(f);
+	const char *out = x->o->out;
+
+	return join(out, out[strlen(out) - 1] == '/' ? "" : "/", name);
 }
 
-/* Is OUT a directory the views go into?  Made when sharding asks for one. */
+static void export_free(struct export *x)
+{
+	for (size_t i = 0; i < x->n; i++) {
+		struct out_file *f = &x->f[i];
+
+		if (f->fd >= 0 && (f->path || f->direct))
+			close(f->fd);
+		if (f->tmp)
+			unlink(f->tmp); /* still there only when not renamed */
+		free(f->path);
+		free(f->tmp);
+	}
+	free(x->f);
+	for (size_t i = 0; i < x->nown; i++)
+		us_view_free(x->own[i]);
+	us_pt_free(&x->pt);
+	free(x->pt_keep);
+}
+
+/* Append one output; @path is taken over (freed with the export). */
+static int add_file(struct export *x, char *path, const struct us_view *v,
+		    const char *src, uint64_t size)
+{
+	if (!path && x->dir) {
+		us_msg(LOG_ERR, "%s: out of memory", x->o->out);
+		return EXIT_FAILED;
+	}
+	if (x->n == x->cap) {
+		size_t cap = x->cap ? 2 * x->cap : 8;
+		void *p = realloc(x->f, cap * sizeof(*x->f));
+
+		if (!p) {
+			free(path);
+			us_msg(LOG_ERR, "%s: out of memory", x->o->out);
+			return EXIT_FAILED;
+		}
+		x->f = p;
+		x->cap = cap;
+	}
+	x->f[x->n++] = (struct out_file){ .v = v, .src = src, .size = size,
+					  .path = path, .fd = -1 };
+	return 0;
+}
+
+/* Is OUT a directory?  An existing one, "new/", or any OUT when sharding:
+ * several files only make sense as a directory. */
 static int out_is_dir(const struct us_opts *o, bool *dir)
 {
 	struct stat st;
 
 	if (stat(o->out, &st) == 0) {
 		*dir = S_ISDIR(st.st_mode);
-		if (o->max_shard_size && !*dir) {
-			us_msg(LOG_ERR, "%s: --max-shard-size writes several "
-			       "files: OUT must be a directory", o->out);
+		if ((o->max_shard_size || o->optimizer) && !*dir) {
+			us_msg(LOG_ERR, "%s: %s writes several files: OUT must "
+			       "be a directory", o->out, o->max_shard_size ?
+			       "--max-shard-size" : "--optimizer");
 			return EXIT_USAGE;
 		}
 		return 0;
 	}
-	/* "new/" names a directory to make, as for several files */
-	*dir = o->max_shard_size != 0 || o->out[strlen(o->out) - 1] == '/';
-	if (*dir && mkdir(o->out, 0777) < 0) {
-		us_msg(LOG_ERR, "%s: %s", o->out, strerror(errno));
-		return EXIT_FAILED;
-	}
+	*dir = o->max_shard_size || o->optimizer ||
+	       o->out[strlen(o->out) - 1] == '/';
 	return 0;
 }
 
@@ -131,65 +187,263 @@ static int open_tmp(struct out_file *f)
 	return 0;
 }
 
+/* Binary on a terminal is garbage on the screen and a stuck terminal:
+ * refused, as gzip and zstd refuse it. */
+static int refuse_tty(int fd, const char *shown_as)
+{
+	if (!isatty(fd))
+		return 0;
+	us_msg(LOG_ERR, "%s: %s a terminal: binary output is not written to "
+	       "one (redirect it to a file or a pipe)", shown_as,
+	       strcmp(shown_as, "-") ? "is" : "standard output is");
+	return EXIT_USAGE;
+}
+
 /*
  * OUT a file: an existing device or FIFO (/dev/null, a pipe) is written in
  * place -- replacing it by a rename would put a regular file where the
  * device was; a symlink's target is what gets replaced, not the link.
  */
-static int plan_one(const char *out, struct out_file *f)
+static int plan_one(struct export *x, const struct us_view *v)
 {
+	const char *out = x->o->out;
+	struct out_file *f;
 	struct stat st;
+	char *path;
 
 	if (stat(out, &st) == 0 && !S_ISREG(st.st_mode)) {
-		f->path = strdup(out);
+		if (add_file(x, strdup(out), v, NULL, v->size) != 0)
+			return EXIT_FAILED;
+		f = &x->f[x->n - 1];
 		f->direct = true;
 		f->fd = f->path ? open(out, O_WRONLY | O_CLOEXEC) : -1;
 		if (f->fd < 0) {
 			us_msg(LOG_ERR, "%s: %s", out, strerror(f->path ? errno : ENOMEM));
 			return EXIT_FAILED;
 		}
-		return 0;
+		return refuse_tty(f->fd, out);
 	}
-	f->path = realpath(out, NULL); /* through a symlink to its file */
-	if (!f->path)
-		f->path = strdup(out);
-	if (!f->path) {
+	path = realpath(out, NULL); /* through a symlink to its file */
+	if (!path)
+		path = strdup(out);
+	if (!path) {
 		us_msg(LOG_ERR, "%s: out of memory", out);
 		return EXIT_FAILED;
 	}
-	return open_tmp(f);
+	return add_file(x, path, v, NULL, v->size);
 }
 
-/* Name every output and open its temporary (stdout: no name, no temp). */
-static int plan_files(const struct us_opts *o, struct us_view *const *views,
-		      size_t n, struct out_file *f)
+static int plan_stdout(struct export *x, struct us_view *const *views, size_t n)
 {
-	bool dir = false;
+	if (n != 1 || x->o->max_shard_size || x->o->optimizer) {
+		us_msg(LOG_ERR, "-: %s writes several files: OUT must be a "
+		       "directory", x->o->optimizer ? "--optimizer" :
+		       "a sharded view");
+		return EXIT_USAGE;
+	}
+	if (add_file(x, NULL, views[0], NULL, views[0]->size) != 0)
+		return EXIT_FAILED;
+	x->f[0].fd = STDOUT_FILENO;
+	return refuse_tty(STDOUT_FILENO, "-");
+}
+
+/* The root names a mount fills from the state dict: a source file of one
+ * of those names is hidden there (fs/tree.c) and is not copied here either
+ * (a stale model.safetensors beside new shards would be what loads). */
+static bool shadowed(const char *name, struct us_view *const *views, size_t n)
+{
+	static const char *const mount_names[] = {"model.safetensors",
+		"model.safetensors.index.json", "pytorch_model.bin",
+		"optimizer.safetensors", "optimizer.json", "tensors", NULL};
+
+	for (const char *const *m = mount_names; *m; m++)
+		if (!strcmp(name, *m))
+			return true;
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(name, views[i]->name))
+			return true;
+	return false;
+}
+
+static void mark_visible(const struct us_pt_list *pt, struct us_view *const *views,
+			 size_t n, bool *keep)
+{
+	for (size_t i = 0; i < pt->n; i++) {
+		const struct us_pt_entry *e = &pt->v[i];
+
+		keep[i] = e->parent == SIZE_MAX ? !shadowed(e->name, views, n)
+						: keep[e->parent];
+	}
+}
+
+void us_pt_mark_visible(const struct us_pt_list *pt, bool *keep)
+{
+	mark_visible(pt, NULL, 0, keep);
+}
+
+/* A directory is made only when a file goes in it: an Accelerate
+ * checkpoint's pytorch_model_fsdp_0/ holds nothing but checkpoint shards. */
+static void mark_parents_used(struct export *x, size_t i)
+{
+	for (; i != SIZE_MAX && !x->pt_used[i]; i = x->pt.v[i].parent)
+		x->pt_used[i] = true;
+}
+
+/* Every file the mount passes through (config.json, tokenizer files, ...),
+ * at its relative path: what from_pretrained needs besides the weights. */
+static int plan_passthrough(struct export *x, const struct us_statedict *sd,
+			    struct us_view *const *views, size_t n)
+{
+	struct us_err err = {0};
+
+	if (x->srcfd < 0)
+		return 0; /* SOURCE is one file: nothing beside it is ours */
+	if (us_pt_scan(x->srcfd, sd, &x->pt, &err) != US_OK) {
+		us_msg(LOG_ERR, "%s", err.msg);
+		return EXIT_FAILED;
+	}
+	x->pt_keep = calloc(2 * (x->pt.n + 1), sizeof(*x->pt_keep));
+	x->pt_used = x->pt_keep ? x->pt_keep + x->pt.n + 1 : NULL;
+	if (!x->pt_keep) {
+		us_msg(LOG_ERR, "%s: out of memory", x->o->out);
+		return EXIT_FAILED;
+	}
+	mark_visible(&x->pt, views, n, x->pt_keep);
+	for (size_t i = 0; i < x->pt.n; i++) {
+		const struct us_pt_entry *e = &x->pt.v[i];
+
+		if (!x->pt_keep[i] || S_ISDIR(e->st.st_mode))
+			continue;
+		if (add_file(x, out_path(x, e->relpath), NULL, e->relpath,
+			     (uint64_t)e->st.st_size) != 0)
+			return EXIT_FAILED;
+		mark_parents_used(x, e->parent);
+	}
+	return 0;
+}
+
+/* optimizer.safetensors and optimizer.json, as the mount serves them. */
+static int plan_optimizer(struct export *x, const struct us_statedict *sd)
+{
+	const struct us_statedict *opt = sd->optim;
+	struct us_err err = {0};
+
+	if (!(opt && opt->ntensors) && !sd->optim_json) {
+		us_msg(LOG_ERR, ".: --optimizer: this checkpoint has no optimizer "
+		       "state");
+		return EXIT_FAILED;
+	}
+	if (opt && opt->ntensors &&
+	    us_view_safetensors_named(opt, "optimizer.safetensors",
+				      &x->own[x->nown], &err) == US_OK)
+		x->nown++;
+	else if (opt && opt->ntensors)
+		return us_msg(LOG_ERR, "%s", err.msg), EXIT_FAILED;
+	if (sd->optim_json &&
+	    us_view_text_new("optimizer.json", sd->optim_json,
+			     &x->own[x->nown], &err) == US_OK)
+		x->nown++;
+	else if (sd->optim_json)
+		return us_msg(LOG_ERR, "%s", err.msg), EXIT_FAILED;
+	for (size_t i = 0; i < x->nown; i++)
+		if (add_file(x, out_path(x, x->own[i]->name), x->own[i],
+			     NULL, x->own[i]->size) != 0)
+			return EXIT_FAILED;
+	return 0;
+}
+
+/*
+ * A directory: the passthrough files, the optimizer's, then the model's
+ * (the sharded set's index last), so the file a loader looks for first is
+ * the last to appear.
+ */
+static int plan_dir(struct export *x, const struct us_statedict *sd,
+		    struct us_view *const *views, size_t n)
+{
 	int rc;
 
+	if ((rc = plan_passthrough(x, sd, views, n)) != 0)
+		return rc;
+	if (x->o->optimizer && (rc = plan_optimizer(x, sd)) != 0)
+		return rc;
+	x->model_at = x->n;
+	x->nmodel = n;
 	for (size_t i = 0; i < n; i++)
-		f[i] = (struct out_file){ .v = views[i], .fd = -1 };
-	if (!strcmp(o->out, "-")) {
-		if (n != 1 || o->max_shard_size) {
-			us_msg(LOG_ERR, "-: a sharded view is several files: "
-			       "OUT must be a directory");
+		if ((rc = add_file(x, out_path(x, views[i]->name),
+				   views[i], NULL, views[i]->size)) != 0)
+			return rc;
+	return 0;
+}
+
+/* Name every output.  Nothing is created yet. */
+static int plan_files(struct export *x, const struct us_statedict *sd,
+		      struct us_view *const *views, size_t n)
+{
+	int rc;
+
+	if (!strcmp(x->o->out, "-"))
+		return plan_stdout(x, views, n);
+	if ((rc = out_is_dir(x->o, &x->dir)) != 0)
+		return rc;
+	if (x->dir)
+		return plan_dir(x, sd, views, n);
+	x->nmodel = n;
+	if (n == 1)
+		return plan_one(x, views[0]);
+	us_msg(LOG_ERR, "%s: a sharded view is several files: OUT must be a "
+	       "directory", x->o->out);
+	return EXIT_USAGE;
+}
+
+/* An export never silently replaces what is there: checked for every
+ * name before the first byte is written, so a refusal leaves OUT as it
+ * was. */
+static int refuse_existing(const struct export *x)
+{
+	struct stat st;
+
+	if (x->o->force)
+		return 0;
+	for (size_t i = 0; i < x->n; i++) {
+		const struct out_file *f = &x->f[i];
+
+		if (f->path && !f->direct && lstat(f->path, &st) == 0) {
+			us_msg(LOG_ERR, "%s: already exists (--force replaces it)",
+			       f->path);
 			return EXIT_USAGE;
 		}
-		f[0].fd = STDOUT_FILENO;
-		return 0;
 	}
-	if ((rc = out_is_dir(o, &dir)) != 0)
-		return rc;
-	if (!dir && n == 1)
-		return plan_one(o->out, &f[0]);
-	for (size_t i = 0; i < n; i++) {
-		f[i].path = dir ? join(o->out, "/", views[i]->name)
-				: strdup(o->out);
-		if (!f[i].path) {
-			us_msg(LOG_ERR, "%s: out of memory", o->out);
-			return EXIT_FAILED;
-		}
-		if ((rc = open_tmp(&f[i])) != 0)
+	return 0;
+}
+
+static int make_dir(const char *path)
+{
+	struct stat st;
+
+	if (mkdir(path, 0777) == 0 || (errno == EEXIST && stat(path, &st) == 0 &&
+					S_ISDIR(st.st_mode)))
+		return 0;
+	us_msg(LOG_ERR, "%s: %s", path, strerror(errno == EEXIST ? ENOTDIR : errno));
+	return EXIT_FAILED;
+}
+
+/* OUT itself, then the passthrough tree's directories (parents first). */
+static int make_dirs(const struct export *x)
+{
+	int rc;
+
+	if (!x->dir || (rc = make_dir(x->o->out)) != 0)
+		return x->dir ? rc : 0;
+	for (size_t i = 0; i < x->pt.n; i++) {
+		const struct us_pt_entry *e = &x->pt.v[i];
+		char *path;
+
+		if (!x->pt_used[i])
+			continue;
+		path = out_path(x, e->relpath);
+		rc = path ? make_dir(path) : EXIT_FAILED;
+		free(path);
+		if (rc != 0)
 			return rc;
 	}
 	return 0;
@@ -215,15 +469,27 @@ static const char *shown(const struct out_file *f)
 	return f->path ? f->path : "-";
 }
 
-static int write_one(struct us_assembler *as, struct out_file *f, char *buf,
-		     struct us_progress *p)
+static int write_piece(struct out_file *f, const char *buf, size_t len,
+		       struct us_progress *p)
+{
+	int rc = write_full(f->fd, buf, len);
+
+	if (rc < 0) {
+		us_msg(LOG_ERR, "%s: %s", shown(f), strerror(-rc));
+		return EXIT_FAILED;
+	}
+	us_progress_add(p, len);
+	return 0;
+}
+
+static int write_view(struct us_assembler *as, struct out_file *f, char *buf,
+		      struct us_progress *p)
 {
 	const struct us_view *v = f->v;
 
 	for (uint64_t off = 0; off < v->size;) {
-		size_t got;
 		enum us_status st;
-		int rc;
+		size_t got;
 
 		if (caught)
 			return EXIT_FAILED;
@@ -234,18 +500,43 @@ static int write_one(struct us_assembler *as, struct out_file *f, char *buf,
 			       strerror(st != US_OK ? us_status_errno(st) : EIO));
 			return EXIT_FAILED;
 		}
-		rc = write_full(f->fd, buf, (size_t)got);
-		if (rc < 0) {
-			us_msg(LOG_ERR, "%s: %s", shown(f), strerror(-rc));
+		if (write_piece(f, buf, (size_t)got, p) != 0)
 			return EXIT_FAILED;
-		}
 		off += (uint64_t)got;
-		us_progress_add(p, (uint64_t)got);
 	}
 	return 0;
 }
 
-/* Durable before visible: fsync the data, close, and only then rename. */
+/* A passthrough file, copied as it is now (to its end, as cp does). */
+static int write_copy(struct out_file *f, int srcfd, char *buf,
+		      struct us_progress *p)
+{
+	int in = openat(srcfd, f->src, O_RDONLY | O_CLOEXEC);
+	int rc = 0;
+
+	if (in < 0) {
+		us_msg(LOG_ERR, "%s: %s", f->src, strerror(errno));
+		return EXIT_FAILED;
+	}
+	while (rc == 0 && !caught) {
+		ssize_t got = read(in, buf, EXPORT_PIECE);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0) {
+			us_msg(LOG_ERR, "%s: %s", f->src, strerror(errno));
+			rc = EXIT_FAILED;
+		}
+		if (got <= 0)
+			break;
+		rc = write_piece(f, buf, (size_t)got, p);
+	}
+	close(in);
+	return caught ? EXIT_FAILED : rc;
+}
+
+/* Durable before visible: fsync the data and close; the rename comes when
+ * every file is written. */
 static int finish_one(struct out_file *f)
 {
 	int fd = f->fd;
@@ -258,32 +549,67 @@ static int finish_one(struct out_file *f)
 	return 0;
 }
 
-/* The renames themselves reach the disk only with the directory's fsync. */
-static void sync_parent(const char *path)
+/* One file to its temporary (one descriptor open at a time, however many
+ * tokenizer files there are). */
+static int write_one(const struct export *x, struct out_file *f, char *buf,
+		     struct us_progress *p)
+{
+	int rc;
+
+	if (f->fd < 0 && (rc = open_tmp(f)) != 0)
+		return rc;
+	rc = f->v ? write_view(x->as, f, buf, p) : write_copy(f, x->srcfd, buf, p);
+	if (rc == 0 && f->path)
+		rc = finish_one(f);
+	return rc;
+}
+
+static char *parent_of(const char *path)
 {
 	char *dir = strdup(path);
 	char *slash = dir ? strrchr(dir, '/') : NULL;
-	int fd;
 
-	if (!dir)
-		return;
 	if (slash)
 		slash[slash == dir] = '\0';
-	fd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	else if (dir)
+		strcpy(dir, ".");
+	return dir;
+}
+
+/* The renames themselves reach the disk only with the directory's fsync. */
+static void sync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
 	if (fd >= 0) {
 		fsync(fd);
 		close(fd);
 	}
-	free(dir);
 }
 
+/* Each parent once: the files of one directory are renamed together. */
+static void sync_parents(const struct out_file *f, size_t n)
+{
+	char *last = NULL;
+
+	for (size_t i = 0; i < n; i++) {
+		char *dir = f[i].direct ? NULL : parent_of(f[i].path);
+
+		if (dir && (!last || strcmp(dir, last) != 0)) {
+			sync_dir(dir);
+			free(last);
+			last = dir;
+		} else {
+			free(dir);
+		}
+	}
+	free(last);
+}
+
+/* In order: the sharded set's index is last, so it names only shards that
+ * are already in place. */
 static int publish(struct out_file *f, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		if (finish_one(&f[i]) != 0)
-			return EXIT_FAILED;
-	/* In order: the sharded set's index is last, so it names only shards
-	 * that are already in place. */
 	for (size_t i = 0; i < n; i++) {
 		if (f[i].direct)
 			continue; /* written in place */
@@ -294,7 +620,7 @@ static int publish(struct out_file *f, size_t n)
 		free(f[i].tmp);
 		f[i].tmp = NULL;
 	}
-	sync_parent(f[n - 1].path);
+	sync_parents(f, n);
 	return 0;
 }
 
@@ -327,9 +653,9 @@ static bool written(const struct out_file *f, size_t n, const char *name)
  * the new set under names no index lists -- or, worse, the ones it lists.
  */
 static void remove_stale_shards(const struct us_opts *o, const struct out_file *f,
-				size_t n)
+				size_t n, size_t model_at)
 {
-	const char *first = strrchr(f[0].path, '/') + 1, *ext;
+	const char *first = strrchr(f[model_at].path, '/') + 1, *ext;
 	size_t stem, s2;
 	char **names;
 	size_t nn;
@@ -352,46 +678,55 @@ static void remove_stale_shards(const struct us_opts *o, const struct out_file *
 	close(dfd);
 }
 
-static uint64_t total_size(struct us_view *const *views, size_t n)
+static uint64_t total_size(const struct export *x)
 {
 	uint64_t sum = 0;
 
-	for (size_t i = 0; i < n; i++)
-		sum += views[i]->size;
+	for (size_t i = 0; i < x->n; i++)
+		sum += x->f[i].size;
 	return sum;
 }
 
-int us_export(const struct us_opts *o, struct us_assembler *as,
-	      struct us_view *const *views, size_t n)
+/* Plan every name, refuse before anything is written, then write. */
+static int run(struct export *x, const struct us_statedict *sd,
+	       struct us_view *const *views, size_t n, char *buf)
 {
-	struct out_file *f = calloc(n + 1, sizeof(*f));
-	char *buf = malloc(EXPORT_PIECE);
 	struct us_progress p;
-	int rc = EXIT_FAILED;
+	int rc;
 
-	if (!f || !buf || !n) {
-		us_msg(LOG_ERR, "%s: out of memory", o->out);
-		goto out;
-	}
-	catch_signals();
-	rc = plan_files(o, views, n, f);
-	if (rc != 0)
-		goto out;
-	us_progress_start(&p, !o->quiet && isatty(STDERR_FILENO),
-			  total_size(views, n));
-	for (size_t i = 0; i < n && rc == 0; i++)
-		rc = write_one(as, &f[i], buf, &p);
-	if (rc == 0 && f[0].path)
-		rc = publish(f, n);
-	if (rc == 0 && n > 1)
-		remove_stale_shards(o, f, n);
+	if ((rc = plan_files(x, sd, views, n)) != 0 ||
+	    (rc = refuse_existing(x)) != 0 || (rc = make_dirs(x)) != 0)
+		return rc;
+	us_progress_start(&p, !x->o->quiet && isatty(STDERR_FILENO),
+			  total_size(x));
+	for (size_t i = 0; i < x->n && rc == 0; i++)
+		rc = write_one(x, &x->f[i], buf, &p);
+	if (rc == 0 && x->f[0].path)
+		rc = publish(x->f, x->n);
+	if (rc == 0 && x->nmodel > 1)
+		remove_stale_shards(x->o, x->f, x->n, x->model_at);
 	if (rc == 0)
 		us_progress_end(&p);
 	else if (p.on)
 		fputc('\n', stderr);
-out:
-	if (f)
-		files_free(f, n);
+	return rc;
+}
+
+int us_export(const struct us_opts *o, struct us_assembler *as,
+	      const struct us_statedict *sd, int srcfd,
+	      struct us_view *const *views, size_t n)
+{
+	struct export x = { .o = o, .as = as, .srcfd = srcfd };
+	char *buf = malloc(EXPORT_PIECE);
+	int rc = EXIT_FAILED;
+
+	if (!buf || !n)
+		us_msg(LOG_ERR, "%s: out of memory", o->out);
+	else {
+		catch_signals();
+		rc = run(&x, sd, views, n, buf);
+	}
+	export_free(&x);
 	free(buf);
 	die_of_caught_signal();
 	return rc;

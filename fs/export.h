@@ -13,22 +13,38 @@
 #ifndef US_EXPORT_H
 #define US_EXPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "opts.h"
 #include "view/view.h"
 
 /*
- * us_export - write @views (@n of them, in order) to o->out: "-" is stdout
- * (one view only); a directory (always, with --max-shard-size, made if
- * missing) gets each view under its own name; anything else is the one
- * view's file.  Progress on stderr when it is a terminal and not -q.
- * Tensors are read through @as.  Returns the exit status: 0, 1 (usage:
- * OUT cannot take this view set) or 2 (a read or write failed; one line
- * on stderr).  After a caught
- * signal it cleans up and dies of that signal.
+ * us_export - write @views (@n of them, in order; the model's) to o->out:
+ * "-" is stdout (one view only, never a terminal); a directory (an existing
+ * one, OUT ending in '/', or any OUT with --max-shard-size or --optimizer;
+ * made if missing) gets a complete loadable directory: each view under its
+ * own name, every file a mount of @sd would pass through (read from
+ * SOURCE's directory @srcfd, -1 when SOURCE is one file) and, with
+ * --optimizer, optimizer.safetensors and optimizer.json; anything else is
+ * the one view's file.  Tensors are read through @as.  An output name that exists is refused unless
+ * --force, before anything is written.  Progress on stderr when it is a
+ * terminal and not -q.  Returns the exit status: 0, 1 (usage: OUT cannot
+ * take this view set, exists, or is a terminal) or 2 (a read or write
+ * failed; one line on stderr).  After a caught signal it cleans up and
+ * dies of that signal.
  */
 int us_export(const struct us_opts *o, struct us_assembler *as,
+	      const struct us_statedict *sd, int srcfd,
 	      struct us_view *const *views, size_t n);
+
+/*
+ * us_pt_mark_visible - @keep[i] (an array of @pt->n) says whether the
+ * passthrough entry i shows beside the views: a root name a mount serves
+ * from the state dict (model.safetensors, tensors, ...) hides the source
+ * file, and a hidden directory everything below it.  What inspect lists.
+ */
+struct us_pt_list;
+void us_pt_mark_visible(const struct us_pt_list *pt, bool *keep);
 
 #endif /* US_EXPORT_H */

@@ -384,6 +384,31 @@ out_args:
 	return rc;
 }
 
+/*
+ * No GPU is the common case, not an error: say "no CUDA device" plainly.
+ * Without any NVIDIA driver the CUDA runtime answers "CUDA driver version
+ * is insufficient for CUDA runtime version", which reads as a fault to fix;
+ * its words are kept only when a driver is loaded and still refuses.
+ */
+static void print_version(void)
+{
+	const char *why = NULL;
+	int ndev = us_assemble_device_count(&why);
+	bool driver = access("/proc/driver/nvidia/version", F_OK) == 0;
+
+	printf("unshardfs %s (libfuse %s; CUDA executor %s; ", US_VERSION,
+	       fuse_pkgversion(), US_HAVE_CUDA ? "built" : "not built");
+	if (ndev)
+		printf("%d CUDA device%s)\n", ndev, ndev == 1 ? "" : "s");
+	else if (!US_HAVE_CUDA || !driver)
+		printf("no CUDA device%s)\n", US_HAVE_CUDA ?
+		       ": no NVIDIA driver is loaded" : "");
+	else if (why && strcmp(why, "no CUDA device") != 0)
+		printf("no CUDA device: %s)\n", why);
+	else
+		printf("no CUDA device)\n");
+}
+
 int main(int argc, char **argv)
 {
 	struct mount_state m;
@@ -401,16 +426,8 @@ int main(int argc, char **argv)
 		us_opts_usage(stdout);
 		return 0;
 	}
-	if (o.version) {
-		const char *why = NULL;
-		int ndev = us_assemble_device_count(&why);
-
-		printf("unshardfs %s (libfuse %s; CUDA executor %s; %d CUDA "
-		       "device%s%s%s)\n", US_VERSION, fuse_pkgversion(),
-		       US_HAVE_CUDA ? "built" : "not built", ndev,
-		       ndev == 1 ? "" : "s", ndev ? "" : ": ", ndev ? "" : why);
-		return 0;
-	}
+	if (o.version)
+		return print_version(), 0;
 	if (check_device(&o) != 0)
 		return EXIT_USAGE;
 	if (!o.inspect && !o.export_cmd &&
@@ -419,9 +436,10 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	rc = prepare(&o, &m);
 	if (rc == 0 && o.inspect)
-		rc = us_inspect_print(m.sd, o.json, stdout) < 0 ? EXIT_REFUSED : 0;
+		rc = us_inspect_print(m.sd, m.srcfd, o.json, stdout) < 0 ?
+		     EXIT_REFUSED : 0;
 	else if (rc == 0 && o.export_cmd)
-		rc = us_export(&o, m.as, m.views, m.nviews);
+		rc = us_export(&o, m.as, m.sd, m.srcfd, m.views, m.nviews);
 	else if (rc == 0)
 		rc = serve(&o, &m);
 	mount_state_free(&m);

@@ -21,9 +21,10 @@ void us_opts_usage(FILE *out)
 "consolidated state dict (model.safetensors, pytorch_model.bin, tensors/),\n"
 "with the checkpoint's other files passed through.  Unmount with:\n"
 "fusermount3 -u MOUNTPOINT.  inspect prints the resolved tensor table;\n"
-"export writes a view to OUT without FUSE (a file, '-' for stdout, or a\n"
-"directory: the view's own file name(s) in it; with --max-shard-size OUT is\n"
-"always a directory).\n"
+"export writes a view to OUT without FUSE: a file, '-' for stdout (not a\n"
+"terminal), or a directory (an existing one, or OUT ending in '/'; always\n"
+"with --max-shard-size or --optimizer): a complete loadable directory, the\n"
+"view's own file name(s) and every file the mount passes through.\n"
 "\n"
 "general options:\n"
 "    -h, --help             print this help and exit\n"
@@ -95,6 +96,10 @@ void us_opts_usage(FILE *out)
 "export options:\n"
 "    --view=V               safetensors|bin: model.safetensors (or its shards)\n"
 "                           or pytorch_model.bin (default: safetensors)\n"
+"    --optimizer            also write optimizer.safetensors and\n"
+"                           optimizer.json (OUT a directory; default: off)\n"
+"    --force                replace output files that already exist\n"
+"                           (default: refuse, exit status 1)\n"
 "\n"
 "exit status: 0 mounted (or inspect/export done), 1 usage error or the\n"
 "mount failed, 2 the checkpoint cannot be served or written (one line on\n"
@@ -385,6 +390,18 @@ static int set_json(struct us_opts *o, const char *v)
 	return o->json = true, 0;
 }
 
+static int set_force(struct us_opts *o, const char *v)
+{
+	(void)v;
+	return o->force = true, 0;
+}
+
+static int set_optimizer(struct us_opts *o, const char *v)
+{
+	(void)v;
+	return o->optimizer = true, 0;
+}
+
 /*
  * Every long option, once: whether it takes a value (then --NAME=VALUE,
  * --NAME VALUE and -o NAME=VALUE all reach the same setter), and where it
@@ -423,6 +440,8 @@ static const struct opt_def {
 	{"help", false, AT_ALL | NOT_DASH_O, set_help},
 	{"version", false, AT_ALL | NOT_DASH_O, set_version},
 	{"json", false, AT_INSPECT | NOT_DASH_O, set_json},
+	{"force", false, AT_EXPORT | NOT_DASH_O, set_force},
+	{"optimizer", false, AT_EXPORT | NOT_DASH_O, set_optimizer},
 };
 
 static unsigned command_of(const struct us_opts *o)

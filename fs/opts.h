@@ -78,6 +78,8 @@ struct us_opts {
 	enum us_export_view view;  /* export --view */
 	unsigned views;            /* mount --views: US_VIEW_* bits */
 	bool views_open;           /* parsing: the last -o item was views= */
+	bool force;                /* export --force: replace existing files */
+	bool optimizer;            /* export --optimizer: optimizer.* too */
 	uint64_t max_shard_size;   /* 0: one model.safetensors */
 	const char *fuse_opts[US_MAX_FUSE_OPTS]; /* one FUSE option each */
 	size_t nfuse_opts;

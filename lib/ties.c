@@ -142,6 +142,12 @@ struct confirmer {
 	uint64_t bytes; /* read so far, for progress */
 };
 
+static void draw(const struct confirmer *p)
+{
+	fprintf(stderr, "\runshardfs: confirming tied weights: %llu MiB compared",
+		(unsigned long long)(p->bytes >> 20));
+}
+
 static void report(struct confirmer *p)
 {
 	time_t now;
@@ -150,10 +156,19 @@ static void report(struct confirmer *p)
 		return;
 	now = time(NULL);
 	if (now - p->start >= 1 && now != p->last) {
-		fprintf(stderr, "\runshardfs: confirming tied weights: %llu MiB compared",
-			(unsigned long long)(p->bytes >> 20));
+		draw(p);
 		p->last = now;
 	}
+}
+
+/* The line ends on the final count: the last redraw was up to a second
+ * and many MiB before the comparing stopped. */
+static void report_end(const struct confirmer *p)
+{
+	if (!p->progress || !p->last)
+		return;
+	draw(p);
+	fputc('\n', stderr);
 }
 
 static int read_block(struct confirmer *p, const struct us_tensor *t,
@@ -401,8 +416,7 @@ static int link_evidenced(struct us_statedict *sd, struct us_tensor **v,
 		if (j - i > 1 && v[i]->nbytes && us_dtype_bits(v[i]->dtype) % 8 == 0)
 			rc = confirm_run(&p, sd, v + i, j - i);
 	}
-	if (progress && p.last)
-		fputc('\n', stderr);
+	report_end(&p);
 	us_assembler_free(p.as);
 	free(p.a);
 	free(p.b);

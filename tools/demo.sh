@@ -1,12 +1,41 @@
 #!/usr/bin/env bash
-# tools/demo.sh — set everything up, mount the bundled sharded checkpoint
-# (tests/fixtures/sample: a tiny Llama in 3 safetensors shards + index), load the mount
-# with transformers and safetensors, compare with loading the original directory, unmount.
+# tools/demo.sh — set up what the demo needs (apt packages, the cached Python venv, the
+# normal build of build/fs/unshardfs: no ASan or fuzz build), mount the bundled sharded
+# checkpoint (tests/fixtures/sample: a tiny Llama in 3 safetensors shards + index), load
+# the mount with transformers and safetensors, compare with loading the original
+# directory, unmount. The set-up and the build print one line each; their output goes to
+# a log file, shown only when a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
-# shellcheck source=tools/setup.sh
-. tools/setup.sh
+LOG="${TMPDIR:-/tmp}/unshardfs-demo.log"
+: >"$LOG"
+
+# step "WHAT" CMD...: one line for the step, its output to $LOG; on failure, the log's end.
+step() {
+    local what="$1" t0=$SECONDS
+    shift
+    printf 'demo: %s ... ' "$what"
+    if ! "$@" >>"$LOG" 2>&1; then
+        echo "FAILED (log: $LOG)"
+        tail -n 25 "$LOG" >&2
+        exit 1
+    fi
+    echo "done ($((SECONDS - t0)) s)"
+}
+
+# Only the binary: the unit tests, build-asan/ and build-fuzz/ are the test suite's.
+build_binary() {
+    [[ -f build/build.ninja ]] || meson setup build --buildtype=debugoptimized
+    meson compile -C build fs/unshardfs
+}
+
+echo "demo: set-up and build output: $LOG"
+step "set-up: apt packages and the Python venv (first run: ~2 min, ~5.5 GB)" \
+    env UNSHARDFS_NO_BUILD=1 bash tools/setup.sh
+step "build: build/fs/unshardfs" build_binary
+# the venv's path: tools/setup.sh's last line, in the log
+UNSHARDFS_VENV="$(sed -n 's/^UNSHARDFS_VENV=//p' "$LOG" | tail -n 1)"
 PY="$UNSHARDFS_VENV/bin/python"
 BIN="$ROOT/build/fs/unshardfs"
 SRC="$ROOT/tests/fixtures/sample"

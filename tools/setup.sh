@@ -8,6 +8,7 @@
 # Execute it (`bash tools/setup.sh`) or source it (`. tools/setup.sh`); sourced, it also
 # exports UNSHARDFS_VENV (the venv's path). Environment knobs:
 #   UNSHARDFS_CACHE     where venvs are cached
+#   UNSHARDFS_NO_BUILD=1 skip step 3 (tools/demo.sh builds only the binary itself)
 #   UNSHARDFS_NO_ASAN=1 skip the ASan/UBSan build
 #   UNSHARDFS_NO_FUZZ=1 skip the libFuzzer build (build-fuzz/, clang + ASan + UBSan);
 #                       it is also skipped, with a message, when clang or libFuzzer
@@ -88,7 +89,9 @@ else
 fi
 
 # ---------------------------------------------------------------- 3. builds
-if [[ -f meson.build ]]; then
+if [[ "${UNSHARDFS_NO_BUILD:-0}" == 1 ]]; then
+    log "builds: skipped (UNSHARDFS_NO_BUILD=1)"
+elif [[ -f meson.build ]]; then
     if [[ -f build/build.ninja ]]; then
         meson setup --reconfigure build --buildtype=debugoptimized >/dev/null
     else

@@ -1,9 +1,13 @@
 """Command line: usage, --help, inspect and inspect --json."""
 import json
+import os
 import math
 import re
 
-from conftest import DTYPE_SIZE, SOURCES, run_cli, source_tensors
+import pytest
+from safetensors import safe_open
+
+from conftest import DTYPE_SIZE, FIXTURES, SOURCES, mount, run_cli, source_tensors
 
 
 def test_no_args_is_usage_error():
@@ -37,10 +41,11 @@ def test_inspect_table(source):
     expect = source_tensors(src)
     r = run_cli("inspect", src)
     assert r.returncode == 0, r.stderr
-    lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+    # the model's table is the first block; optimizer and passthrough sections follow
+    lines = [ln for ln in r.stdout.split("\n\n")[0].splitlines() if ln.strip()]
     assert lines[0].split() == ["NAME", "DTYPE", "SHAPE", "BYTES", "CHUNKS", "SOURCE"], lines[0]
     total = re.fullmatch(r"(\d+) tensors \((\d+) tied to another\), (\d+) bytes, "
-                         r"(\d+) source files \(safetensors\)", lines[-1])
+                         r"(\d+) source files? \(safetensors\)", lines[-1])
     assert total, f"no summary line: {lines[-1]!r}"
     assert int(total[1]) == len(expect) and int(total[2]) == 0, lines[-1]
     assert int(total[3]) == sum(len(raw) for _d, _s, raw, _r in expect.values()), lines[-1]
@@ -101,7 +106,7 @@ def test_inspect_refuses_like_mount(tmp_path):
 
 def _export(tmp_path, tag, *opts, src="sample"):
     out = tmp_path / tag
-    r = run_cli("export", "-q", *opts, SOURCES[src], str(out) + ("/" if "--max-shard-size" in
+    r = run_cli("export", "-q", "--force", *opts, SOURCES[src], str(out) + ("/" if "--max-shard-size" in
                                                                   " ".join(opts) else ""))
     assert r.returncode == 0, (opts, r.stderr)
     if out.is_dir():
@@ -157,3 +162,82 @@ def test_sizes_as_huggingface_reads_them(tmp_path):
         assert r.returncode == 1, (bad, r.stderr)
     r = run_cli("inspect", "--cache-size=20000000TB", SOURCES["sample"])
     assert r.returncode == 1, r.stderr  # overflows 2^64
+
+
+def test_version_says_plainly_when_there_is_no_gpu():
+    """No GPU is the usual case: "no CUDA device", not the CUDA runtime's "driver version
+    is insufficient", which reads as something to fix."""
+    r = run_cli("--version")
+    assert r.returncode == 0 and r.stdout.startswith("unshardfs "), r
+    if os.path.exists("/proc/driver/nvidia/version"):
+        assert re.search(r"(\d+ CUDA devices?|no CUDA device)\)$", r.stdout.strip()), r.stdout
+    else:
+        assert "no CUDA device" in r.stdout and "insufficient" not in r.stdout, r.stdout
+
+
+def test_inspect_summary_is_pluralised(tmp_path):
+    """One of a thing is singular: "1 tensor", "1 source file"."""
+    from safetensors.numpy import save_file
+    import numpy as np
+    save_file({"w": np.zeros(1, dtype=np.uint8)}, str(tmp_path / "model.safetensors"))
+    r = run_cli("inspect", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == \
+        "1 tensor (0 tied to another), 1 byte, 1 source file (safetensors)", r.stdout
+
+
+def _passed_through(mnt):
+    """{relative path: size} of the files a mount serves as they are."""
+    views = {"model.safetensors", "pytorch_model.bin", "optimizer.safetensors",
+             "optimizer.json", "tensors"}
+    out = {}
+    for d, dirs, files in os.walk(mnt):
+        rel = os.path.relpath(d, mnt)
+        if rel == ".":
+            dirs[:] = [x for x in dirs if x not in views]
+        for f in files:
+            p = os.path.normpath(os.path.join(rel, f))
+            if p not in views:
+                out[p] = os.path.getsize(os.path.join(d, f))
+    return out
+
+
+@pytest.mark.parametrize("name", ["sample", "single", "torch/accelerate", "torch/script_rng",
+                                  "torch/fsdp2_2rank"])
+def test_inspect_lists_optimizer_and_passthrough(name):
+    """inspect shows what a mount serves besides the model: optimizer.safetensors' tensors,
+    optimizer.json's size, and every passed-through file, in text (sections after the model
+    table) and in --json ("optimizer", "passthrough"); the model's part is unchanged."""
+    src = SOURCES.get(name) or os.path.join(FIXTURES, name)
+    with mount(src) as mnt:
+        pt = _passed_through(mnt)
+        opt = None
+        if os.path.exists(os.path.join(mnt, "optimizer.safetensors")):
+            with safe_open(os.path.join(mnt, "optimizer.safetensors"), "np") as f:
+                opt = {k: f.get_slice(k).get_shape() for k in f.keys()}
+        opt_json = os.path.exists(os.path.join(mnt, "optimizer.json")) and \
+            os.path.getsize(os.path.join(mnt, "optimizer.json"))
+    doc = json.loads(run_cli("inspect", "--json", src).stdout)
+    assert {p["path"]: p["bytes"] for p in doc["passthrough"]} == pt
+    if opt is None and not opt_json:
+        assert doc["optimizer"] is None
+    else:
+        assert {t["name"]: t["shape"] for t in doc["optimizer"]["tensors"]} == (opt or {})
+        assert doc["optimizer"]["json_bytes"] == (opt_json or None)
+    blocks = run_cli("inspect", src).stdout.split("\n\n")
+    titles = [b.splitlines()[0] for b in blocks[1:]]
+    assert ("optimizer (optimizer.safetensors, optimizer.json):" in titles) == \
+        (doc["optimizer"] is not None), titles
+    if pt:
+        block = blocks[titles.index("passed through (served as they are):") + 1]
+        rows = block.splitlines()
+        assert rows[1].split() == ["BYTES", "PATH"]
+        assert {r.split(None, 1)[1]: int(r.split()[0]) for r in rows[2:-1]} == pt
+        assert rows[-1] == f"{len(pt)} file{'s' if len(pt) != 1 else ''}, " \
+            f"{sum(pt.values())} byte{'s' if sum(pt.values()) != 1 else ''}"
+    if opt:
+        block = blocks[titles.index("optimizer (optimizer.safetensors, optimizer.json):") + 1]
+        rows = block.splitlines()
+        assert rows[1].split()[:3] == ["NAME", "DTYPE", "SHAPE"]
+        assert {r.split()[0] for r in rows[2:-1]} == set(opt)
+        assert rows[-1].startswith(f"{len(opt)} optimizer tensors, ")

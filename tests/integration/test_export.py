@@ -29,6 +29,13 @@ EXPORT_SOURCES = dict(SOURCES, **{
 })
 
 
+# What a mount of each fixture passes through (its files that are not the checkpoint's).
+PASSED_THROUGH = {
+    "sample": ["README.md", "config.json", "generation_config.json", "tokenizer_config.json"],
+    "single": ["notes.txt"],
+}
+
+
 def leftovers(d):
     return [p for p in os.listdir(d) if ".tmp." in p]
 
@@ -63,7 +70,9 @@ def test_export_into_existing_directory_and_stdout(tmp_path):
     src = SOURCES["sample"]
     r = run_cli("export", "--view=bin", src, str(tmp_path))
     assert r.returncode == 0, r.stderr
-    assert os.listdir(tmp_path) == ["pytorch_model.bin"]
+    # an existing directory is OUTDIR/: the view and every passed-through file
+    assert sorted(os.listdir(tmp_path)) == sorted(PASSED_THROUGH["sample"] +
+                                                  ["pytorch_model.bin"])
     binary = require_binary()
     piped = subprocess.run([binary, "export", src, "-"], capture_output=True, timeout=30)
     assert piped.returncode == 0, piped.stderr
@@ -135,6 +144,8 @@ def test_export_sigint_removes_temp(tmp_path):
     proc.wait(timeout=30)
     assert leftovers(out) == [], os.listdir(out)
     assert not os.path.exists(out / "model.safetensors.index.json")
+    # nothing was published: config.json, written first, waits for the set's renames too
+    assert os.listdir(out) == [], os.listdir(out)
 
 
 def test_export_progress_only_on_a_terminal(tmp_path):
@@ -208,13 +219,16 @@ def test_export_into_a_device_a_fifo_and_through_a_symlink(tmp_path):
     real, link = tmp_path / "real.st", tmp_path / "link.st"
     real.write_bytes(b"old")
     link.symlink_to(real)
-    assert run_cli("export", src, str(link)).returncode == 0
+    r = run_cli("export", src, str(link))
+    assert r.returncode == 1 and "already exists" in r.stderr and real.read_bytes() == b"old"
+    assert run_cli("export", "--force", src, str(link)).returncode == 0
     assert os.path.islink(link) and real.read_bytes() == want
 
 
 def test_export_to_a_new_directory_and_errors_name_the_output(tmp_path):
     r = run_cli("export", SOURCES["single"], str(tmp_path / "new") + "/")
-    assert r.returncode == 0 and os.listdir(tmp_path / "new") == ["model.safetensors"]
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(tmp_path / "new")) == ["model.safetensors", "notes.txt"]
     r = run_cli("export", SOURCES["single"], str(tmp_path / "missing" / "x.st"))
     assert r.returncode == 2 and ".tmp." not in r.stderr
     assert r.stderr.startswith(f"unshardfs: {tmp_path / 'missing' / 'x.st'}: "), r.stderr
@@ -227,11 +241,13 @@ def test_reexport_removes_stale_shards(tmp_path):
     assert run_cli("export", "--max-shard-size=20K", SOURCES["sample"], str(out)).returncode == 0
     before = set(os.listdir(out))
     (out / "notes.txt").write_text("mine")
-    assert run_cli("export", "--max-shard-size=100K", SOURCES["sample"], str(out)).returncode == 0
+    assert run_cli("export", "--force", "--max-shard-size=100K", SOURCES["sample"],
+                   str(out)).returncode == 0
     after = set(os.listdir(out))
     index = json.loads((out / "model.safetensors.index.json").read_text())
     shards = set(index["weight_map"].values())
-    assert after == shards | {"model.safetensors.index.json", "notes.txt"}, sorted(after)
+    assert after == shards | {"model.safetensors.index.json", "notes.txt",
+                              *PASSED_THROUGH["sample"]}, sorted(after)
     assert before - after  # the old set was another one
 
 
@@ -258,3 +274,149 @@ def test_mount_options_are_usage_errors_elsewhere(cmd, opt, tmp_path):
     args = [cmd, *opt, SOURCES["single"]] + ([str(tmp_path / "x")] if cmd == "export" else [])
     r = run_cli(*args)
     assert r.returncode == 1 and "is a mount option" in r.stderr, (r.returncode, r.stderr)
+
+
+# ---------------------------------------------------------------- OUTDIR/: a loadable directory
+
+VIEW_NAMES = {"model.safetensors", "pytorch_model.bin", "optimizer.safetensors",
+              "optimizer.json", "model.safetensors.index.json"}
+
+
+def files_under(root, skip=()):
+    """{relative path: bytes} of every regular file under @root, top names in @skip left out."""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        rel = os.path.relpath(d, root)
+        if rel == ".":
+            dirs[:] = [x for x in dirs if x not in skip]
+        for f in files:
+            p = os.path.normpath(os.path.join(rel, f))
+            if p not in skip:
+                with open(os.path.join(d, f), "rb") as fh:
+                    out[p] = fh.read()
+    return out
+
+
+def is_shard(name):
+    return name.startswith("model-") and name.endswith(".safetensors")
+
+
+@pytest.mark.parametrize("name", ["sample", "accelerate", "llama_fsdp2", "script_rng"])
+def test_outdir_is_the_mount_minus_tensors(name, tmp_path):
+    """OUTDIR/ holds exactly the files the mount's root shows -- the weights and every
+    passed-through file, byte for byte -- without tensors/ and pytorch_model.bin; with
+    --optimizer, the optimizer files too. A directory that would stay empty is not made."""
+    src = dict(EXPORT_SOURCES, accelerate=os.path.join(TORCH, "accelerate"),
+               script_rng=os.path.join(TORCH, "script_rng"))[name]
+    out = str(tmp_path / "out") + "/"
+    opt = ["--optimizer"] if name in ("accelerate", "script_rng") else []
+    r = run_cli("export", *opt, src, out)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    with mount(src) as mnt:
+        want = files_under(mnt, skip={"tensors", "pytorch_model.bin"})
+    if not opt:
+        want = {k: v for k, v in want.items() if not k.startswith("optimizer.")}
+    got = files_under(out)
+    assert sorted(got) == sorted(want)
+    for k in want:
+        assert got[k] == want[k], k
+    for d, dirs, files in os.walk(out):
+        assert dirs or files, f"empty directory {d}"
+    if name == "accelerate":
+        assert "optimizer.safetensors" in got and "trainer_state.json" in got
+        assert not os.path.exists(os.path.join(out, "pytorch_model_fsdp_0"))
+
+
+@pytest.mark.parametrize("shard", [None, "64K"], ids=["one", "sharded"])
+def test_outdir_loads_with_from_pretrained(shard, tmp_path):
+    """The point of OUTDIR/: `from_pretrained(OUTDIR)` with nothing copied by hand
+    (config.json comes along); the model equals the one loaded from the mount."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    src = os.path.join(TORCH, "llama_fsdp2")
+    out = tmp_path / "out"
+    r = run_cli("export", *([f"--max-shard-size={shard}"] if shard else []), src, str(out) + "/")
+    assert r.returncode == 0, r.stderr
+    names = set(os.listdir(out))
+    assert "config.json" in names
+    assert ("model.safetensors.index.json" in names) == bool(shard), names
+    assert any(map(is_shard, names)) == bool(shard), names
+    from safetensors.torch import load as st_load
+    got, info = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32,
+                                                     output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    with mount(src) as mnt:  # read into memory: nothing keeps the mount busy
+        with open(os.path.join(mnt, "model.safetensors"), "rb") as f:
+            want = st_load(f.read())
+    have = got.state_dict()
+    assert set(want) <= set(have), sorted(set(want) - set(have))
+    assert all(torch.equal(want[k], have[k]) for k in want)
+
+
+def test_optimizer_option(tmp_path):
+    src = os.path.join(TORCH, "fsdp2_2rank")
+    # --optimizer writes several files: OUT is a directory even without the '/'
+    r = run_cli("export", "--optimizer", src, str(tmp_path / "d"))
+    assert r.returncode == 0, r.stderr
+    with mount(src) as mnt:
+        for n in ("optimizer.safetensors", "optimizer.json", "model.safetensors"):
+            assert filecmp.cmp(os.path.join(mnt, n), tmp_path / "d" / n, shallow=False), n
+    # usage errors: 1, one line
+    (tmp_path / "f").write_bytes(b"")
+    for out in (str(tmp_path / "f"), "-"):
+        r = run_cli("export", "--optimizer", src, out)
+        assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, r.stderr
+        assert r.stderr.startswith("unshardfs: ") and "--optimizer" in r.stderr, r.stderr
+    # a checkpoint without optimizer state cannot be served so: 2, one line, nothing made
+    r = run_cli("export", "--optimizer", SOURCES["sample"], str(tmp_path / "none") + "/")
+    assert r.returncode == 2 and r.stderr.startswith("unshardfs: .: "), r.stderr
+    assert len(r.stderr.splitlines()) == 1 and not os.path.exists(tmp_path / "none")
+
+
+def test_existing_outputs_are_refused_without_force(tmp_path):
+    """No output file is replaced silently: one line naming it, exit 1 (usage: --force),
+    and OUT as it was -- checked before anything is written."""
+    src = SOURCES["sample"]
+    f = tmp_path / "m.safetensors"
+    f.write_bytes(b"mine")
+    r = run_cli("export", src, str(f))
+    assert r.returncode == 1 and r.stderr == \
+        f"unshardfs: {f}: already exists (--force replaces it)\n", r.stderr
+    assert f.read_bytes() == b"mine"
+    # one passed-through name taken in OUTDIR/: nothing at all is written
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "config.json").write_text("{}")
+    r = run_cli("export", src, str(d) + "/")
+    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert str(d / "config.json") in r.stderr
+    assert os.listdir(d) == ["config.json"] and (d / "config.json").read_text() == "{}"
+    # --force replaces them all
+    r = run_cli("export", "--force", src, str(d) + "/")
+    assert r.returncode == 0, r.stderr
+    assert (d / "config.json").read_bytes() == open(os.path.join(src, "config.json"), "rb").read()
+    r = run_cli("export", "--force", src, str(f))
+    assert r.returncode == 0 and f.read_bytes()[:8] != b"mine"
+    assert leftovers(tmp_path) == [] and leftovers(d) == []
+
+
+def test_binary_is_not_written_to_a_terminal(tmp_path):
+    """`export SRC -` on a terminal, or OUT naming one: refused (1), nothing written."""
+    master, slave = pty.openpty()
+    try:
+        for argv, stdout in ((["-"], slave), ([os.ttyname(slave)], subprocess.PIPE)):
+            p = subprocess.run([require_binary(), "export", SOURCES["single"], *argv],
+                               stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=30)
+            assert p.returncode == 1, (argv, p.stderr)
+            lines = p.stderr.splitlines()
+            assert len(lines) == 1 and "terminal" in lines[0], lines
+            assert lines[0].startswith(f"unshardfs: {argv[0]}: "), lines
+        os.set_blocking(master, False)
+        try:
+            written = os.read(master, 1 << 16)
+        except BlockingIOError:
+            written = b""
+        assert written == b"", written[:40]
+    finally:
+        os.close(master)
+        os.close(slave)
