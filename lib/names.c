@@ -140,13 +140,29 @@ static char *unwrap_optim_name(const char *name, const struct us_names_opts *o)
 	return out;
 }
 
+/* Unwrap, in place, every string of the JSON array @list. */
+static void unwrap_json_names(cJSON *list, const struct us_names_opts *o)
+{
+	cJSON *p;
+
+	cJSON_ArrayForEach(p, list) {
+		char *buf;
+
+		if (!cJSON_IsString(p) || !(buf = malloc(strlen(p->valuestring) + 1)))
+			continue;
+		us_unwrap_name(p->valuestring, o, buf);
+		cJSON_SetValuestring(p, buf);
+		free(buf);
+	}
+}
+
 void us_unwrap_json_groups(cJSON *groups, const struct us_names_opts *o)
 {
 	cJSON *g;
 
 	cJSON_ArrayForEach(g, groups) {
-		us_unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "params"), o);
-		us_unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "param_names"), o);
+		unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "params"), o);
+		unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "param_names"), o);
 	}
 }
 
@@ -187,17 +203,3 @@ enum us_status us_names_apply_optim(struct us_statedict *sd,
 	return US_OK;
 }
 
-void us_unwrap_json_names(cJSON *list, const struct us_names_opts *o)
-{
-	cJSON *p;
-
-	cJSON_ArrayForEach(p, list) {
-		char *buf;
-
-		if (!cJSON_IsString(p) || !(buf = malloc(strlen(p->valuestring) + 1)))
-			continue;
-		us_unwrap_name(p->valuestring, o, buf);
-		cJSON_SetValuestring(p, buf);
-		free(buf);
-	}
-}

@@ -48,12 +48,9 @@ bool us_is_model_container(const char *key);
  * state (optim, optimizer, optimizer_N, ...), never part of the model. */
 bool us_is_optimizer_container(const char *key);
 
-/* us_unwrap_json_names - unwrap, in place, every string of the JSON array
- * @list (optimizer param_groups' "params"/"param_names"). */
 struct cJSON;
-void us_unwrap_json_names(struct cJSON *list, const struct us_names_opts *o);
 
-/* us_unwrap_json_groups - the same for the "params" and "param_names"
+/* us_unwrap_json_groups - unwrap, in place, the "params" and "param_names"
  * lists of each of an optimizer's JSON param @groups. */
 void us_unwrap_json_groups(struct cJSON *groups, const struct us_names_opts *o);
 

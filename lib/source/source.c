@@ -38,19 +38,19 @@ static const struct us_reader *pick_reader(const char *format, int dirfd,
 	return NULL;
 }
 
-/* Split @path into an opened parent directory and a base name. */
+/* Split @path into an opened parent directory and a base name (*@base
+ * set only when the directory opened; -1 with errno otherwise). */
 static int open_parent(const char *path, char **base)
 {
 	char *a = strdup(path), *b = strdup(path);
 	int fd = -1;
 
-	if (a && b) {
-		fd = open(dirname(a), O_PATH | O_DIRECTORY | O_CLOEXEC);
-		*base = strdup(basename(b));
-		if (!*base && fd >= 0) {
-			close(fd);
-			fd = -1;
-		}
+	errno = ENOMEM;
+	if (a && b && (fd = open(dirname(a), O_PATH | O_DIRECTORY | O_CLOEXEC)) >= 0 &&
+	    !(*base = strdup(basename(b)))) {
+		close(fd);
+		fd = -1;
+		errno = ENOMEM;
 	}
 	free(a);
 	free(b);

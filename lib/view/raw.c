@@ -48,8 +48,8 @@ static const struct us_view_ops raw_ops = {
 	.map = raw_map,
 };
 
-void us_view_raw_init(struct us_view *v, const struct us_statedict *sd,
-		      const struct us_tensor *t)
+static void raw_init(struct us_view *v, const struct us_statedict *sd,
+		     const struct us_tensor *t)
 {
 	v->name = t->name;
 	v->size = t->nbytes;
@@ -68,7 +68,7 @@ enum us_status us_view_raw_new(const struct us_statedict *sd,
 
 	if (!v)
 		return us_err_set(err, US_E_NOMEM, t->name, "out of memory");
-	us_view_raw_init(v, sd, t);
+	raw_init(v, sd, t);
 	*out = v;
 	return US_OK;
 }
@@ -81,7 +81,7 @@ enum us_status us_view_raw_array_new(const struct us_statedict *sd,
 	if (!v)
 		return us_err_set(err, US_E_NOMEM, "tensors", "out of memory");
 	for (size_t i = 0; i < sd->ntensors; i++)
-		us_view_raw_init(&v[i], sd, &sd->tensors[i]);
+		raw_init(&v[i], sd, &sd->tensors[i]);
 	*out = v;
 	return US_OK;
 }

@@ -149,9 +149,6 @@ enum us_status us_view_torch_new(const struct us_statedict *sd,
 enum us_status us_view_raw_new(const struct us_statedict *sd,
 			       const struct us_tensor *t,
 			       struct us_view **out, struct us_err *err);
-/* us_view_raw_init - the same, in a struct us_view the caller owns. */
-void us_view_raw_init(struct us_view *v, const struct us_statedict *sd,
-		      const struct us_tensor *t);
 /* us_view_raw_array_new - raw views of every tensor, in one block indexed
  * like sd->tensors; free it with us_view_raw_array_free, not us_view_free. */
 enum us_status us_view_raw_array_new(const struct us_statedict *sd,
