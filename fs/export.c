@@ -22,6 +22,7 @@
 #include "msg.h"
 #include "progress.h"
 #include "source/passthrough.h"
+#include "grow.h"
 #include "source/source.h" /* us_dirlist */
 #include "status_errno.h"
 
@@ -129,17 +130,10 @@ static int add_file(struct export *x, char *path, const struct us_view *v,
 		us_msg(LOG_ERR, "%s: out of memory", x->o->out);
 		return EXIT_FAILED;
 	}
-	if (x->n == x->cap) {
-		size_t cap = x->cap ? 2 * x->cap : 8;
-		void *p = realloc(x->f, cap * sizeof(*x->f));
-
-		if (!p) {
-			free(path);
-			us_msg(LOG_ERR, "%s: out of memory", x->o->out);
-			return EXIT_FAILED;
-		}
-		x->f = p;
-		x->cap = cap;
+	if (US_GROW(x->f, x->cap, x->n) != US_OK) {
+		free(path);
+		us_msg(LOG_ERR, "%s: out of memory", x->o->out);
+		return EXIT_FAILED;
 	}
 	x->f[x->n++] = (struct out_file){ .v = v, .src = src, .size = size,
 					  .path = path, .fd = -1 };

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "grow.h"
 #include "pt_prune.h"
 
 struct link {
@@ -39,15 +40,8 @@ static struct us_node *tree_add(struct us_tree *t, enum us_node_kind kind,
 {
 	struct us_node *n;
 
-	if (t->n == t->cap) {
-		size_t cap = t->cap ? t->cap * 2 : 64;
-		void *p = realloc(t->nodes, cap * sizeof(*t->nodes));
-
-		if (!p)
-			return NULL;
-		t->nodes = p;
-		t->cap = cap;
-	}
+	if (US_GROW(t->nodes, t->cap, t->n) != US_OK)
+		return NULL;
 	n = &t->nodes[t->n++];
 	memset(n, 0, sizeof(*n));
 	n->kind = kind;
@@ -63,15 +57,8 @@ static int link_add(struct builder *b, fuse_ino_t parent, const char *name,
 {
 	struct us_node *n = &b->t->nodes[ino - 1];
 
-	if (b->n == b->cap) {
-		size_t cap = b->cap ? b->cap * 2 : 64;
-		void *p = realloc(b->links, cap * sizeof(*b->links));
-
-		if (!p)
-			return -1;
-		b->links = p;
-		b->cap = cap;
-	}
+	if (US_GROW(b->links, b->cap, b->n) != US_OK)
+		return -1;
 	b->links[b->n++] = (struct link){ parent, { name, ino } };
 	if (n->kind == US_NODE_DIR)
 		n->parent = parent;

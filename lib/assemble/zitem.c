@@ -9,6 +9,7 @@
 #include "../codec/crc32.h"
 #include "../codec/zipdesc.h"
 #include "../codec/zstream.h"
+#include "../grow.h"
 
 /* The served prefix ends with room for the storage record's data
  * descriptor (lib/source/dcp/dcp_zstd.h: 24 bytes, the longer form). */
@@ -200,15 +201,8 @@ static void checked_note(struct us_zitem_pool *p, struct us_cache_key key,
 		i++;
 	if (i < p->n && cmp_key(&p->v[i].key, &key) == 0)
 		goto out;
-	if (p->n == p->cap) {
-		size_t cap = p->cap ? p->cap * 2 : 64;
-		struct checked *v = realloc(p->v, cap * sizeof(*v));
-
-		if (!v)
-			goto out;
-		p->v = v;
-		p->cap = cap;
-	}
+	if (US_GROW(p->v, p->cap, p->n) != US_OK)
+		goto out; /* not remembered: the item is checked again next time */
 	memmove(&p->v[i + 1], &p->v[i], (p->n - i) * sizeof(*p->v));
 	p->v[i] = (struct checked){ .key = key, .state = state };
 	p->n++;

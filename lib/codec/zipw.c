@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../grow.h"
 #include "../us_error.h"
 
 #define SIG_LOCAL 0x04034b50u
@@ -48,18 +49,9 @@ static void le(struct us_sbuf *b, uint64_t v, unsigned n)
 
 static struct us_zipw_seg *new_seg(struct us_zipw *z)
 {
-	struct us_zipw_seg *p;
-	size_t cap;
-
-	if (z->nsegs == z->segs_cap) {
-		cap = z->segs_cap ? z->segs_cap * 2 : 64;
-		p = realloc(z->segs, cap * sizeof(*p));
-		if (!p) {
-			z->oom = true;
-			return NULL;
-		}
-		z->segs = p;
-		z->segs_cap = cap;
+	if (US_GROW(z->segs, z->segs_cap, z->nsegs) != US_OK) {
+		z->oom = true;
+		return NULL;
 	}
 	return &z->segs[z->nsegs++];
 }

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../grow.h"
+
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
@@ -38,17 +40,8 @@ enum us_status us_dirlist(int dirfd, char ***names_out, size_t *n_out)
 	while ((de = readdir(d)) != NULL) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
-		if (n == cap) {
-			size_t ncap = cap ? cap * 2 : 32;
-			char **p = realloc(names, ncap * sizeof(*p));
-
-			if (!p)
-				goto nomem;
-			names = p;
-			cap = ncap;
-		}
-		names[n] = strdup(de->d_name);
-		if (!names[n])
+		if (US_GROW(names, cap, n) != US_OK ||
+		    !(names[n] = strdup(de->d_name)))
 			goto nomem;
 		n++;
 	}

@@ -4,18 +4,12 @@
 #include <stdlib.h>
 
 #include "../codec/json.h"
+#include "../grow.h"
 
 int us_idnames_add(struct us_idnames *t, int64_t id, const char *name)
 {
-	if (t->n == t->cap) {
-		size_t cap = t->cap ? 2 * t->cap : 16;
-		struct us_idname *v = realloc(t->v, cap * sizeof(*v));
-
-		if (!v)
-			return -1;
-		t->v = v;
-		t->cap = cap;
-	}
+	if (US_GROW(t->v, t->cap, t->n) != US_OK)
+		return -1;
 	t->v[t->n] = (struct us_idname){ .id = id, .seq = t->n, .name = name };
 	t->n++;
 	return 0;

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../grow.h"
 #include "source.h"
 
 #define PT_MAX_DEPTH 32
@@ -26,15 +27,7 @@ static enum us_status pt_push(struct us_pt_list *l, const char *relpath,
 	struct us_pt_entry *e;
 	const char *slash;
 
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 32;
-		void *p = realloc(l->v, cap * sizeof(*l->v));
-
-		if (!p)
-			return US_E_NOMEM;
-		l->v = p;
-		l->cap = cap;
-	}
+	US_TRY(US_GROW(l->v, l->cap, l->n));
 	e = &l->v[l->n];
 	e->relpath = strdup(relpath);
 	if (!e->relpath)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../../arena.h"
+#include "../../grow.h"
 
 struct piece {
 	const char *name;     /* in the arena */
@@ -151,15 +152,8 @@ enum us_status us_st_pieces_add(struct us_st_pieces *p,
 {
 	struct piece *x;
 
-	if (p->n == p->cap) {
-		size_t cap = p->cap ? 2 * p->cap : 64;
-		struct piece *v = realloc(p->v, cap * sizeof(*v));
-
-		if (!v)
-			return us_err_set(err, US_E_NOMEM, path, "out of memory");
-		p->v = v;
-		p->cap = cap;
-	}
+	if (US_GROW(p->v, p->cap, p->n) != US_OK)
+		return us_err_set(err, US_E_NOMEM, path, "out of memory");
 	x = &p->v[p->n];
 	memset(x, 0, sizeof(*x));
 	US_TRY(saved_offsets(info, name, ndim, x->offsets, path, err));
