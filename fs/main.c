@@ -411,9 +411,14 @@ int main(int argc, char **argv)
 	    (rc = check_mountpoint(o.mountpoint)) != 0)
 		return rc;
 	rc = prepare(&o, &m);
-	if (rc == 0 && o.inspect)
+	if (rc == 0 && o.inspect) {
 		rc = us_inspect_print(m.sd, o.json, stdout) < 0 ? EXIT_REFUSED : 0;
-	else if (rc == 0 && o.export_cmd)
+		/* Every exit 2 says why in one line (tests/faultinject found
+		 * this one silent: an allocation failing while rows are made). */
+		if (rc)
+			fprintf(stderr, "unshardfs: .: cannot print the tensor "
+				"table: out of memory or a write error\n");
+	} else if (rc == 0 && o.export_cmd)
 		rc = us_export(&o, m.views, m.nviews);
 	else if (rc == 0)
 		rc = serve(&o, &m);
