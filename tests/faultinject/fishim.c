@@ -7,6 +7,12 @@
  *   US_FI_CLASS=io     read, pread, pread64 return -1 with EIO
  *   US_FI_FAIL=N       fail the Nth call of that class (1-based), only that
  *                      one; 0 or unset: fail none (a counting run)
+ *   US_FI_CALLERS=app  count and fail only calls made from the executable,
+ *                      libcjson and libzstd (the code whose failures reach
+ *                      unshardfs); unset or "all": every caller
+ *   US_FI_TRACE=1      print a backtrace on stderr when the call fails (to
+ *                      find the code behind one run; breaks the one-line
+ *                      rule, so not for the driver)
  *   US_FI_REPORT=PATH  at exit, write "<calls> <fired>" there: how many
  *                      calls of the class were made, and whether call N was
  *                      reached (so the driver knows the whole range)
@@ -34,6 +40,19 @@
  *    static CUDA runtime linked into a CUDA build registers its kernels
  *    (__cudaRegisterAll) and crashes on a NULL malloc: NVIDIA's code, which
  *    no change here could fix, and which runs before any of ours.
+ *  - Not counted either: allocations made by ld.so itself (glibc dlopens
+ *    libgcc_s when the FUSE loop cancels its worker threads, and aborts,
+ *    "libgcc_s.so.1 must be installed for pthread_cancel to work", when
+ *    that fails -- by design, outside any code of ours), and reads of
+ *    character devices: an EIO reading /dev/fuse is the kernel ending the
+ *    session, not a source file failing (the daemon then exits 2).
+ *  - US_FI_CALLERS=app is for the mounted daemon: there libfuse (which
+ *    prints its own messages and ends the session on a failed allocation,
+ *    or ignores it in fuse_opt_add_arg and then refuses its own options),
+ *    glibc's pthread_create and ASan's thread start (a CHECK failure in
+ *    pthread_getattr_np) do not survive a failed call, and no change in
+ *    unshardfs could make them.  The caller is __builtin_return_address(0)
+ *    of the wrapper, matched against those objects' PT_LOAD ranges.
  *  - Only calls through the PLT are seen: glibc's internal reads (stdio
  *    fread, for instance) and ASan's interceptors that allocate directly
  *    (strdup) are not counted.  Counting is atomic: the daemon is threaded.
@@ -45,6 +64,7 @@
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -53,6 +73,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <link.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -110,6 +132,90 @@ static void resolve(void)
 	*(void **)&real_pread64 = dlsym(RTLD_NEXT, "pread64");
 }
 
+/* Where ld.so is mapped: its allocations are not counted. */
+static uintptr_t rtld_lo, rtld_hi;
+
+static int find_rtld(struct dl_phdr_info *info, size_t size, void *data)
+{
+	if (!info->dlpi_name || !strstr(info->dlpi_name, "/ld-linux"))
+		return 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+
+		if (ph->p_type != PT_LOAD)
+			continue;
+		if (!rtld_lo || lo < rtld_lo)
+			rtld_lo = lo;
+		if (lo + ph->p_memsz > rtld_hi)
+			rtld_hi = lo + ph->p_memsz;
+	}
+	return 1;
+}
+
+/* US_FI_CALLERS=app: the objects whose calls may fail. */
+struct range {
+	uintptr_t lo, hi;
+};
+static struct range app[8];
+static int napp;
+static bool app_only;
+
+static int find_app(struct dl_phdr_info *info, size_t size, void *data)
+{
+	const char *name = info->dlpi_name ? info->dlpi_name : "";
+	struct range r = { UINTPTR_MAX, 0 };
+
+	/* "" is the executable (the first object listed) */
+	if (napp == (int)(sizeof(app) / sizeof(app[0])) ||
+	    (*name && !strstr(name, "/libcjson") && !strstr(name, "/libzstd")))
+		return 0;
+	if (!*name && (*(int *)data)++)
+		return 0; /* only the first nameless object: the vDSO is another */
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+
+		if (ph->p_type != PT_LOAD)
+			continue;
+		r.lo = lo < r.lo ? lo : r.lo;
+		r.hi = lo + ph->p_memsz > r.hi ? lo + ph->p_memsz : r.hi;
+	}
+	if (r.hi)
+		app[napp++] = r;
+	return 0;
+}
+
+/* May a call from @caller be counted and failed? */
+static bool eligible(const void *caller)
+{
+	if (!app_only)
+		return true;
+	for (int i = 0; i < napp; i++)
+		if ((uintptr_t)caller >= app[i].lo && (uintptr_t)caller < app[i].hi)
+			return true;
+	return false;
+}
+
+static bool from_rtld(const void *caller)
+{
+	return (uintptr_t)caller >= rtld_lo && (uintptr_t)caller < rtld_hi;
+}
+
+static bool fail_now(enum fi_class c);
+
+static bool alloc_may_fail(const void *caller)
+{
+	return !from_rtld(caller) && eligible(caller) && fail_now(FI_ALLOC);
+}
+
+static bool is_chardev(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 && S_ISCHR(st.st_mode);
+}
+
 /* Should this call of class @c fail?  Counts it. */
 static bool fail_now(enum fi_class c)
 {
@@ -121,6 +227,11 @@ static bool fail_now(enum fi_class c)
 	if (fi_fail == 0 || n != fi_fail)
 		return false;
 	atomic_store(&fi_fired, true);
+	if (getenv("US_FI_TRACE")) {
+		void *frames[32];
+
+		backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
+	}
 	return true;
 }
 
@@ -166,6 +277,14 @@ __attribute__((constructor)) static void fi_init(void)
 	else if (c && strcmp(c, "io") == 0)
 		fi_class = FI_IO;
 	fi_fail = n ? strtoul(n, NULL, 10) : 0;
+	dl_iterate_phdr(find_rtld, NULL);
+	c = getenv("US_FI_CALLERS");
+	app_only = c && strcmp(c, "app") == 0;
+	if (app_only) {
+		int nameless = 0;
+
+		dl_iterate_phdr(find_app, &nameless);
+	}
 }
 
 /* The report is written with open/write: no allocation, no stdio. */
@@ -195,7 +314,7 @@ void *malloc(size_t n)
 		if (!real_malloc)
 			return boot_alloc(n);
 	}
-	if (fail_now(FI_ALLOC)) {
+	if (alloc_may_fail(__builtin_return_address(0))) {
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -210,7 +329,7 @@ void *calloc(size_t n, size_t size)
 			return n && size > sizeof(boot_buf) / n ? NULL
 								  : boot_alloc(n * size);
 	}
-	if (fail_now(FI_ALLOC)) {
+	if (alloc_may_fail(__builtin_return_address(0))) {
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -228,7 +347,7 @@ void *realloc(void *p, size_t n)
 			memcpy(q, p, n < sizeof(boot_buf) ? n : sizeof(boot_buf));
 		return q;
 	}
-	if (fail_now(FI_ALLOC)) {
+	if (alloc_may_fail(__builtin_return_address(0))) {
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -248,7 +367,8 @@ ssize_t read(int fd, void *buf, size_t n)
 {
 	if (!real_read)
 		resolve();
-	if (fail_now(FI_IO)) {
+	if (fi_class == FI_IO && eligible(__builtin_return_address(0)) &&
+	    !is_chardev(fd) && fail_now(FI_IO)) {
 		errno = EIO;
 		return -1;
 	}
@@ -259,7 +379,8 @@ ssize_t pread(int fd, void *buf, size_t n, off_t off)
 {
 	if (!real_pread)
 		resolve();
-	if (fail_now(FI_IO)) {
+	if (fi_class == FI_IO && eligible(__builtin_return_address(0)) &&
+	    !is_chardev(fd) && fail_now(FI_IO)) {
 		errno = EIO;
 		return -1;
 	}
@@ -270,7 +391,8 @@ ssize_t pread64(int fd, void *buf, size_t n, off64_t off)
 {
 	if (!real_pread64)
 		resolve();
-	if (fail_now(FI_IO)) {
+	if (fi_class == FI_IO && eligible(__builtin_return_address(0)) &&
+	    !is_chardev(fd) && fail_now(FI_IO)) {
 		errno = EIO;
 		return -1;
 	}
