@@ -114,16 +114,15 @@ def sanitizer_report(err):
     return any(s in err for s in ("Sanitizer", "runtime error:", "internal error"))
 
 
-def read_all(path):
-    """The bytes of @path, or the errno name when a read failed."""
+def read_all(path, timeout):
+    """The bytes of @path, "errno" when a read failed, or None when it hung
+    (read by a child process, which a hung FUSE request cannot freeze us in)."""
     try:
-        with open(path, "rb", buffering=0) as f:
-            out = bytearray()
-            while chunk := f.read(1 << 20):
-                out += chunk
-            return bytes(out)
-    except OSError as e:
-        return f"errno {e.errno}"
+        r = subprocess.run(["cat", path], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    return r.stdout if r.returncode == 0 else "errno"
 
 
 def unmount(mnt):
@@ -152,7 +151,13 @@ def run_mount(binary, shim, source, klass, n, timeout, tmp, want=None):
         time.sleep(0.02)
     mounted = os.path.ismount(mnt)
     if mounted:
-        data = read_all(os.path.join(mnt, READ_FILE))
+        data = read_all(os.path.join(mnt, READ_FILE), timeout)
+        if data is None:
+            subprocess.run(["fusermount3", "-uz", mnt], stderr=subprocess.DEVNULL)
+            p.kill()
+            p.communicate()
+            return n, f"hung: a read of {READ_FILE} got no answer in {timeout} s", \
+                0, False, "hung"
         unmount(mnt)
     try:
         _, err = p.communicate(timeout=max(1, deadline - time.monotonic()))
