@@ -7,6 +7,9 @@
  *   US_FI_CLASS=io     read, pread, pread64 return -1 with EIO
  *   US_FI_FAIL=N       fail the Nth call of that class (1-based), only that
  *                      one; 0 or unset: fail none (a counting run)
+ *   US_FI_STICKY=1     fail call N and every later one of the class (a disk
+ *                      that stays broken: one failed read of the mount is
+ *                      retried by the kernel, which hides the EIO path)
  *   US_FI_CALLERS=app  count and fail only calls made from the executable,
  *                      libcjson and libzstd (the code whose failures reach
  *                      unshardfs); unset or "all": every caller
@@ -85,6 +88,7 @@ static unsigned long fi_fail;
 static atomic_ulong fi_calls;
 static atomic_bool fi_fired;
 static bool fi_ready;
+static bool fi_sticky;
 
 static void *(*real_malloc)(size_t);
 static void *(*real_calloc)(size_t, size_t);
@@ -224,10 +228,9 @@ static bool fail_now(enum fi_class c)
 	if (!fi_ready || c != fi_class)
 		return false;
 	n = atomic_fetch_add(&fi_calls, 1) + 1;
-	if (fi_fail == 0 || n != fi_fail)
+	if (fi_fail == 0 || n < fi_fail || (n > fi_fail && !fi_sticky))
 		return false;
-	atomic_store(&fi_fired, true);
-	if (getenv("US_FI_TRACE")) {
+	if (!atomic_exchange(&fi_fired, true) && getenv("US_FI_TRACE")) {
 		void *frames[32];
 
 		backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
@@ -277,6 +280,7 @@ __attribute__((constructor)) static void fi_init(void)
 	else if (c && strcmp(c, "io") == 0)
 		fi_class = FI_IO;
 	fi_fail = n ? strtoul(n, NULL, 10) : 0;
+	fi_sticky = getenv("US_FI_STICKY") != NULL;
 	dl_iterate_phdr(find_rtld, NULL);
 	c = getenv("US_FI_CALLERS");
 	app_only = c && strcmp(c, "app") == 0;

@@ -16,11 +16,14 @@ crash, a sanitizer report (ASan, UBSan, LeakSanitizer with leak checking on),
 a hang (--timeout) or another exit status.
 
 The mount cases (`mount:` labels) run the daemon in the foreground on a DCP,
-read all of model.safetensors through the mount and unmount.  A failure at
+a zstd DCP and a torch.save with strided storages and a tie, read all of
+model.safetensors through the mount and unmount.  A failure at
 mount must be a clean refusal as above; one while serving may only make reads
 fail (EIO): the bytes that are read must be the fault-free run's, and the
-daemon must still unmount and exit 0 with no sanitizer report.  Their call
-counts vary a little from run to run (threads, the kernel's read sizes).
+daemon must still unmount and exit 0 with no sanitizer report.  The kernel
+retries a read that failed once, so mounts also run `io-sticky`: every read
+from call N on fails.  Their call counts vary a little from run to run
+(threads, the kernel's read sizes).
 
 Exits 1 if any run broke these rules; the last line printed is the summary.
 
@@ -50,17 +53,24 @@ CASES = [
 MOUNT_CASES = [
     ("mount:dcp", "torch/fsdp2_2rank"),
     ("mount:dcp-zstd", "torch/zstd"),
+    # strided and offset storages (the gather path), a tie by shared storage
+    ("mount:torch.save", "torch/single_bin/pytorch_model.bin"),
 ]
 CLASSES = ["alloc", "io"]
+# and for mounts: every read from call N on failing (fishim.c US_FI_STICKY):
+# a single failed read while serving is retried by the kernel
+MOUNT_CLASSES = CLASSES + ["io-sticky"]
 READ_FILE = "model.safetensors"
 
 
 def env_for(shim, klass, n, report, callers="all"):
     env = dict(os.environ)
+    if klass.endswith("-sticky"):
+        env["US_FI_STICKY"] = "1"
     env.update({
         "US_FI_CALLERS": callers,
         "LD_PRELOAD": shim,
-        "US_FI_CLASS": klass,
+        "US_FI_CLASS": klass.removesuffix("-sticky"),
         "US_FI_FAIL": str(n),
         "US_FI_REPORT": report,
         # verify_asan_link_order=0: the shim comes before libasan (fishim.c).
@@ -227,7 +237,7 @@ def sweep(label, rel, klass, a, binary, shim, tmp, pool):
     outcomes = {}
     for r in res:
         outcomes[r[4]] = outcomes.get(r[4], 0) + 1
-    print(f"{label:18} {klass:5} {calls:6} calls, {len(pts):4} runs "
+    print(f"{label:18} {klass:9} {calls:6} calls, {len(pts):4} runs "
           f"(stride {-(-calls // len(pts))}), {fired:4} failed a call "
           f"({', '.join(f'{v} {k}' for k, v in sorted(outcomes.items()))}), "
           f"{len(bad)} broke", flush=True)
@@ -264,7 +274,7 @@ def main():
         for label, rel in cases:
             if a.case and label not in a.case:
                 continue
-            for klass in CLASSES:
+            for klass in MOUNT_CLASSES if label.startswith("mount:") else CLASSES:
                 c, r, f = sweep(label, rel, klass, a, binary, shim, tmp, pool)
                 total_calls, total_runs, failed = total_calls + c, total_runs + r, failed + f
     secs = time.monotonic() - start
