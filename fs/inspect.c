@@ -298,5 +298,10 @@ int us_inspect_print(const struct us_statedict *sd, int srcfd, bool json,
 	}
 	rc = json ? print_json(sd, &pt, out) : print_text(sd, &pt, out);
 	us_pt_free(&pt);
+	/* Every exit 2 says why in one line (tests/faultinject found this one
+	 * silent: an allocation failing while rows are made). */
+	if (rc < 0)
+		fprintf(stderr, "unshardfs: .: cannot print the tensor table: "
+			"out of memory or a write error\n");
 	return rc;
 }

@@ -109,6 +109,9 @@ enum us_status us_sd_open_file(struct us_statedict *sd, int dirfd,
 	struct stat st;
 	int fd;
 
+	/* The optimizer child's table is replaced by its parent's at
+	 * finalize: a file opened there would be lost (and leak its fd). */
+	assert(!sd->borrowed_files);
 	for (size_t i = 0; i < sd->nfiles; i++) {
 		if (strcmp(sd->files[i].relpath, relpath) == 0) {
 			*idx = (uint32_t)i;
@@ -249,6 +252,7 @@ struct us_tensor *us_sd_add_whole_tensor(struct us_statedict *sd,
 	struct us_tensor *t;
 	struct us_chunk *c;
 
+	assert(file < sd->nfiles);
 	t = us_sd_add_tensor(sd, name, dtype, ndim, shape, 1,
 			     sd->files[file].relpath, err);
 	if (!t)
@@ -293,6 +297,9 @@ static bool extent_end(const struct us_tensor *t, const struct us_chunk *c,
 	for (uint32_t k = 0; k < t->ndim; k++) {
 		uint64_t stride, step;
 
+		/* check_tensor put the box inside the shape: the products of
+		 * sizes below are bounded by numel. */
+		assert(c->offsets[k] + c->sizes[k] <= t->shape[k]);
 		if (c->sizes[k] == 0)
 			return !__builtin_add_overflow(c->src.offset, 0, end);
 		if (c->src.strides) {
@@ -322,6 +329,7 @@ static enum us_status check_extent(const struct us_statedict *sd,
 	const struct us_file *f = &sd->files[c->src.file];
 	uint64_t end, limit, item_end;
 
+	assert(c->src.file < sd->nfiles); /* readers index files they opened */
 	if (c->src.dtype != t->dtype)
 		return us_err_set(err, US_E_FORMAT, f->relpath,
 				  "tensor '%s': stored as %s, declared %s",
@@ -453,6 +461,319 @@ static const char *unservable_name(const struct us_statedict *sd,
 	return NULL;
 }
 
+/* ---- us_sd_check: the invariants, verified again (debug builds) ----------
+ *
+ * us_sd_finalize establishes the invariants in model.h with the refusals
+ * above; this re-derives every one of them by a second, independent route
+ * (128-bit arithmetic instead of overflow builtins, a corner sum instead of
+ * overlap.c's grid) so that a reader or a refactoring that breaks one is
+ * caught at the mount that breaks it, not by a wrong byte at read time.
+ * Linear in chunks, plus one sort per tensor for the tiling.
+ */
+#ifndef NDEBUG
+#include <stdio.h>
+
+__extension__ typedef unsigned __int128 u128;
+
+static __thread char check_msg[512];
+
+static const char *violation(const struct us_tensor *t, int64_t chunk,
+			     const char *what)
+{
+	char at[32] = "";
+
+	if (chunk >= 0)
+		snprintf(at, sizeof(at), " chunk %lld", (long long)chunk);
+	snprintf(check_msg, sizeof(check_msg), "tensor '%s'%s: %s",
+		 t && t->name ? t->name : "?", at, what);
+	return check_msg;
+}
+
+/* Points (a chunk corner and its signed weight) sorted by coordinates. */
+static int cmp_corner(const void *x, const void *y, void *ndim)
+{
+	const uint64_t *a = x, *b = y;
+
+	for (uint32_t k = 0; k < *(const uint32_t *)ndim; k++)
+		if (a[k] != b[k])
+			return a[k] < b[k] ? -1 : 1;
+	return 0;
+}
+
+/* Record the 2^ndim corners of the box [lo, lo + sz) with weight
+ * (-1)^(upper coordinates) * @sign at @rec (ndim + 1 words each). */
+static uint64_t *put_corners(uint64_t *rec, uint32_t ndim, const uint64_t *lo,
+			     const uint64_t *sz, int64_t sign)
+{
+	for (uint64_t m = 0; m < (uint64_t)1 << ndim; m++, rec += ndim + 1) {
+		int64_t w = sign;
+
+		for (uint32_t k = 0; k < ndim; k++) {
+			bool up = m >> k & 1;
+
+			rec[k] = lo ? lo[k] + (up ? sz[k] : 0) : (up ? sz[k] : 0);
+			w = up ? -w : w;
+		}
+		rec[ndim] = (uint64_t)w;
+	}
+	return rec;
+}
+
+/* Biggest corner table the tiling check builds (words), ~32 MiB. */
+#define CHECK_TILE_MAX_WORDS ((uint64_t)1 << 22)
+
+/*
+ * Do the non-empty chunks of @t tile it exactly once?  The sum of the
+ * boxes' indicator functions is fixed by its mixed differences, which are
+ * the boxes' corners with weights +-1; it equals the tensor's indicator
+ * (every element covered once: no gap, no overlap) exactly when the corner
+ * weights of all chunks, added up point by point, equal the tensor box's.
+ * So: list every corner with its weight, and the tensor's corners with the
+ * opposite weight, sort, and every point must sum to zero -- O(c 2^d log)
+ * for c chunks of d dimensions.  Skipped (NULL) where that table would be
+ * large (many dimensions) or cannot be allocated: a debug check must not
+ * turn an out-of-memory into an assertion failure.  Volumes are checked to
+ * sum to numel separately, and finalize's overlap.c proof stands there.
+ */
+static const char *check_tiling(const struct us_tensor *t)
+{
+	uint32_t d = t->ndim, nvol = 0;
+	uint64_t words, npts, *tab, *p;
+	const char *bad = NULL;
+
+	for (uint32_t i = 0; i < t->nchunks; i++) {
+		uint64_t v = 1;
+
+		for (uint32_t k = 0; k < d; k++)
+			v = t->chunks[i].sizes[k] ? v : 0;
+		nvol += v ? 1 : 0;
+	}
+	if (t->numel == 0 || d > 16)
+		return NULL;
+	npts = (uint64_t)(nvol + 1) << d;
+	words = npts * (d + 1);
+	if (words > CHECK_TILE_MAX_WORDS)
+		return NULL;
+	tab = malloc(words * sizeof(*tab));
+	if (!tab)
+		return NULL;
+	p = put_corners(tab, d, NULL, t->shape, -1);
+	for (uint32_t i = 0; i < t->nchunks; i++) {
+		const struct us_chunk *c = &t->chunks[i];
+		bool empty = false;
+
+		for (uint32_t k = 0; k < d; k++)
+			empty = empty || c->sizes[k] == 0;
+		if (!empty)
+			p = put_corners(p, d, c->offsets, c->sizes, 1);
+	}
+	assert(p == tab + words);
+	qsort_r(tab, npts, (d + 1) * sizeof(*tab), cmp_corner, &d);
+	for (uint64_t i = 0; i < npts && !bad;) {
+		int64_t sum = 0;
+		uint64_t j = i;
+
+		for (; j < npts && !cmp_corner(tab + i * (d + 1),
+					       tab + j * (d + 1), &d); j++)
+			sum += (int64_t)tab[j * (d + 1) + d];
+		if (sum)
+			bad = violation(t, -1, "its chunks leave a gap or "
+					"overlap (corner weights do not cancel)");
+		i = j;
+	}
+	free(tab);
+	return bad;
+}
+
+/* The last byte, +1, a non-empty chunk's extent addresses; 0 when it does
+ * not fit 64 bits (finalize would have refused). */
+static u128 check_span_end(const struct us_tensor *t, const struct us_chunk *c)
+{
+	unsigned bits = us_dtype_bits(c->src.dtype);
+	u128 maxel = 0, stride = 1;
+
+	if (bits % 8)
+		return (u128)c->src.offset + t->nbytes;
+	for (uint32_t k = t->ndim; k-- > 0;) {
+		u128 s = c->src.strides ? (u128)(uint64_t)c->src.strides[k]
+					: stride;
+
+		maxel += (u128)(c->sizes[k] - 1) * s;
+		stride *= c->sizes[k];
+		if (maxel > UINT64_MAX || stride > UINT64_MAX)
+			return 0;
+	}
+	return (u128)c->src.offset + (maxel + 1) * (bits / 8);
+}
+
+static bool is_float_kind(enum us_dtype dt)
+{
+	return dt == US_DT_F64 || dt == US_DT_F32 || dt == US_DT_F16 ||
+	       dt == US_DT_BF16;
+}
+
+/* The extent of non-empty chunk @i: a known file, a known transform,
+ * every byte inside the file (or the decoded item), the dtype as declared
+ * (or a float presented as another float: us_tensor_present_as). */
+static const char *check_extent_again(const struct us_statedict *sd,
+				      const struct us_tensor *t, uint32_t i)
+{
+	const struct us_chunk *c = &t->chunks[i];
+	const struct us_extent *x = &c->src;
+	u128 end, limit;
+
+	if (x->file >= sd->nfiles || !sd->files)
+		return violation(t, i, "extent names no file of the state dict");
+	limit = (u128)(uint64_t)sd->files[x->file].size;
+	if (x->dtype != t->dtype &&
+	    !(is_float_kind(x->dtype) && is_float_kind(t->dtype)))
+		return violation(t, i, "stored dtype differs from the tensor's");
+	if (us_dtype_bits(x->dtype) % 8 &&
+	    (x->strides || t->nchunks != 1 || x->dtype != t->dtype))
+		return violation(t, i, "sub-byte elements not one whole extent");
+	for (uint32_t k = 0; x->strides && k < t->ndim; k++)
+		if (x->strides[k] < 0)
+			return violation(t, i, "negative stride");
+	if (x->xf == US_XF_ZSTD) {
+		if ((u128)x->item_off + x->item_len > limit)
+			return violation(t, i, "item extends past its file");
+		limit = x->decoded_len;
+	} else if (x->xf != US_XF_NONE) {
+		return violation(t, i, "unknown transform");
+	}
+	end = check_span_end(t, c);
+	if (end == 0 || end > limit)
+		return violation(t, i, "extent reaches past its file or item");
+	return NULL;
+}
+
+/* Shape, numel, nbytes, every chunk's box and extent, the volume sum. */
+static const char *check_tensor_again(const struct us_statedict *sd,
+				      const struct us_tensor *t)
+{
+	u128 numel = 1, total = 0;
+	const char *bad;
+
+	if (t->ndim > US_MAX_NDIM || !t->shape || (t->nchunks && !t->chunks))
+		return violation(t, -1, "ndim, shape or chunk list unset");
+	for (uint32_t k = 0; k < t->ndim; k++)
+		if ((numel *= t->shape[k]) > UINT64_MAX)
+			return violation(t, -1, "numel overflows");
+	if (numel != t->numel || numel * us_dtype_bits(t->dtype) % 8 ||
+	    numel * us_dtype_bits(t->dtype) / 8 != t->nbytes)
+		return violation(t, -1, "numel or nbytes do not match shape "
+				 "and dtype");
+	for (uint32_t i = 0; i < t->nchunks; i++) {
+		const struct us_chunk *c = &t->chunks[i];
+		u128 vol = 1;
+
+		if (!c->offsets || !c->sizes)
+			return violation(t, i, "box unset");
+		for (uint32_t k = 0; k < t->ndim; k++) {
+			if ((u128)c->offsets[k] + c->sizes[k] > t->shape[k])
+				return violation(t, i, "box outside the tensor");
+			vol *= c->sizes[k]; /* <= numel: inside the shape */
+		}
+		total += vol;
+		if (vol && (bad = check_extent_again(sd, t, i)))
+			return bad;
+	}
+	if (total != numel)
+		return violation(t, -1, "chunk volumes do not sum to numel");
+	return check_tiling(t);
+}
+
+/* tie_of names an untied tensor of the same kind in this state dict, and
+ * nlinks counts the group on every member. */
+static const char *check_ties(const struct us_statedict *sd)
+{
+	uint64_t members = 0, extra = 0;
+
+	for (size_t i = 0; i < sd->ntensors; i++) {
+		const struct us_tensor *t = &sd->tensors[i], *c = t->tie_of;
+
+		if (!c) {
+			if (t->nlinks < 1)
+				return violation(t, -1, "nlinks is 0");
+			extra += t->nlinks - 1;
+			continue;
+		}
+		members++;
+		if (c < sd->tensors || c >= sd->tensors + sd->ntensors || c == t)
+			return violation(t, -1, "tie_of is not another tensor "
+					 "of this state dict");
+		if (c->tie_of)
+			return violation(t, -1, "tie_of is not canonical");
+		if (c->ndim != t->ndim || c->nbytes != t->nbytes ||
+		    c->dtype != t->dtype ||
+		    memcmp(c->shape, t->shape, t->ndim * sizeof(*t->shape)))
+			return violation(t, -1, "tied to a tensor of another "
+					 "dtype or shape");
+		if (t->nlinks < 2 || t->nlinks != c->nlinks)
+			return violation(t, -1, "nlinks differs from its "
+					 "canonical's");
+	}
+	if (members != extra)
+		return violation(NULL, -1, "nlinks do not count the tie groups");
+	return NULL;
+}
+
+/* One level (not the optimizer child). */
+static const char *check_level(const struct us_statedict *sd)
+{
+	const char *bad;
+
+	if (!sd->finalized || (sd->ntensors && !sd->tensors))
+		return violation(NULL, -1, "state dict not finalized");
+	for (size_t i = 0; i < sd->ntensors; i++) {
+		const struct us_tensor *t = &sd->tensors[i];
+
+		if (!t->name || !t->source_name || unservable_name(sd, t))
+			return violation(t, -1, "name unset or unservable");
+		if (i && strcmp(sd->tensors[i - 1].name, t->name) >= 0)
+			return violation(t, -1, "names not unique and sorted");
+		if ((bad = check_tensor_again(sd, t)))
+			return bad;
+	}
+	return check_ties(sd);
+}
+
+/* At the end of finalize: the optimizer child was checked by its own. */
+static void assert_level_ok(const struct us_statedict *sd)
+{
+	const char *bad = check_level(sd);
+
+	if (bad)
+		fprintf(stderr, "unshardfs: internal error: us_sd_check: %s\n",
+			bad);
+	assert(!bad);
+}
+
+const char *us_sd_check(const struct us_statedict *sd)
+{
+	const char *bad = check_level(sd);
+
+	if (!bad && sd->optim) {
+		if (sd->optim->files != sd->files ||
+		    sd->optim->nfiles != sd->nfiles)
+			return violation(NULL, -1, "the optimizer does not share "
+					 "the state dict's files");
+		bad = us_sd_check(sd->optim);
+	}
+	return bad;
+}
+
+void us_sd_assert_ok(const struct us_statedict *sd)
+{
+	const char *bad = us_sd_check(sd);
+
+	if (bad)
+		fprintf(stderr, "unshardfs: internal error: us_sd_check: %s\n",
+			bad);
+	assert(!bad);
+}
+#endif /* !NDEBUG */
+
 enum us_status us_sd_finalize(struct us_statedict *sd, struct us_err *err)
 {
 	assert(!sd->finalized);
@@ -480,6 +801,9 @@ enum us_status us_sd_finalize(struct us_statedict *sd, struct us_err *err)
 			return report_duplicate(sd, &sd->tensors[i - 1], t, err);
 		US_TRY(check_tensor(sd, t, err));
 	}
+#ifndef NDEBUG
+	assert_level_ok(sd);
+#endif
 	return US_OK;
 }
 
@@ -488,6 +812,7 @@ const struct us_tensor *us_sd_find(const struct us_statedict *sd,
 {
 	size_t lo = 0, hi = sd->ntensors;
 
+	assert(sd->finalized); /* sorted by name */
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 		int c = strcmp(name, sd->tensors[mid].name);
@@ -507,6 +832,7 @@ enum us_status us_sd_add_alias(struct us_statedict *sd, const char *name,
 {
 	struct us_alias *a;
 
+	assert(!sd->finalized);
 	if (!grow((void **)&sd->aliases, &sd->aliases_cap, sd->naliases,
 		  sizeof(*a)))
 		return US_E_NOMEM;
@@ -564,6 +890,9 @@ enum us_status us_sd_resolve_aliases(struct us_statedict *sd,
 {
 	size_t *target, n;
 
+	/* Adds tensors: the array may move, and finalize has not sorted or
+	 * checked them yet. */
+	assert(!sd->finalized);
 	if (!sd->naliases)
 		return US_OK;
 	target = malloc(sd->naliases * sizeof(*target));
@@ -603,6 +932,10 @@ void us_tensor_present_as(struct us_tensor *t, enum us_dtype dtype)
 {
 	if (!is_castable(t->dtype) || !is_castable(dtype) || t->dtype == dtype)
 		return;
+	/* Assumed, not proven: the stored elements (2 bytes or more) lie in
+	 * files, so numel is far below the 2^61 at which 8-byte elements
+	 * would overflow nbytes. */
+	assert(t->numel <= UINT64_MAX / 8);
 	t->dtype = dtype;
 	t->nbytes = t->numel * (us_dtype_bits(dtype) / 8);
 }
@@ -613,6 +946,9 @@ void us_sd_present_as(struct us_statedict *sd, enum us_dtype dtype)
 		return;
 	for (size_t i = 0; i < sd->ntensors; i++)
 		us_tensor_present_as(&sd->tensors[i], dtype);
+#ifndef NDEBUG
+	us_sd_assert_ok(sd); /* tied names still agree on dtype and nbytes */
+#endif
 	/* Not sd->optim: moments and step counts are training state, kept as
 	 * stored (a bf16 step count is exact only up to 256). */
 }

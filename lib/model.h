@@ -199,6 +199,24 @@ enum us_status us_sd_resolve_aliases(struct us_statedict *sd,
  */
 enum us_status us_sd_finalize(struct us_statedict *sd, struct us_err *err);
 
+#ifndef NDEBUG
+/*
+ * us_sd_check - verify again, by independent arithmetic, every invariant
+ * the read path relies on (the list at the top of this file, plus: each
+ * chunk's box inside the shape and its extent inside its file or decoded
+ * item without overflow, numel/nbytes matching shape and dtype, stored
+ * dtypes matching, names valid, tie groups consistent) on a finalized @sd
+ * and its optimizer child.  NULL when they hold, else what is broken (a
+ * static per-thread string).  Debug builds only (NDEBUG unset: meson's
+ * b_ndebug=false, the default even for debugoptimized): us_sd_finalize
+ * asserts it at every mount, us_ties_detect after linking.  Linear in
+ * chunks, plus a sort of each tensor's chunk corners.
+ */
+const char *us_sd_check(const struct us_statedict *sd);
+/* us_sd_assert_ok - assert(us_sd_check(@sd) == NULL), printing what broke. */
+void us_sd_assert_ok(const struct us_statedict *sd);
+#endif
+
 /*
  * us_sd_present_as - present every floating tensor (F64, F32, F16, BF16) of
  * @sd as @dtype (--dtype): dtype and nbytes change, chunks keep the stored

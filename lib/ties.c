@@ -468,6 +468,9 @@ enum us_status us_ties_detect(struct us_statedict *sd, enum us_ties_mode mode,
 		rc = link_copies(sd, v, mode, dirfd, progress);
 	free(v);
 	count_links(sd);
+#ifndef NDEBUG
+	us_sd_assert_ok(sd); /* tie groups consistent (model.h) */
+#endif
 	if (rc < 0)
 		return us_err_set(err, rc == -12 ? US_E_NOMEM : US_E_IO, ".",
 				  "cannot read tensors while confirming ties: %s",

@@ -2,12 +2,15 @@
 # tools/test.sh — set everything up (tools/setup.sh), then run the whole test suite:
 # the integration tests against a real FUSE mount (which also run the C unit tests,
 # meson test, of build/ and build-asan/), first with the ASan+UBSan daemon, then with
-# the normal one; in between, every libFuzzer target runs for
+# the normal one; in between, fault injection (tests/faultinject/run_fi.py: every
+# allocation and read of `inspect` and of a mount failing in turn, under build-asan/;
+# skipped with UNSHARDFS_NO_FAULTINJECT=1 or UNSHARDFS_NO_ASAN=1), then every libFuzzer target runs for
 # ${UNSHARDFS_FUZZ_SECONDS:-20} s on its seed corpus (tests/fuzz/run_fuzz.sh; skipped,
 # saying so, when build-fuzz/ could not be built: no clang). Both pytest runs include
 # the bad-input matrix (tests/bad_inputs). Exits non-zero if any of it fails; the last
 # line printed is always a runner's summary: pytest's own (the normal run's, or on failure
-# the failed run's real counts, with the run named), or the fuzz run's count of failures.
+# the failed run's real counts, with the run named), the fault-injection run's summary, or
+# the fuzz run's count of failures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=tools/setup.sh
@@ -41,6 +44,19 @@ run_pytest() {
 if [[ "${UNSHARDFS_NO_ASAN:-0}" != 1 ]]; then
     echo "== integration tests with the ASan+UBSan daemon (build-asan/)" >&2
     run_pytest build-asan "ASan+UBSan" "$@"
+    if [[ "${UNSHARDFS_NO_FAULTINJECT:-0}" == 1 ]]; then
+        echo "== fault injection: SKIPPED (UNSHARDFS_NO_FAULTINJECT=1)" >&2
+    else
+        echo "== fault injection: each allocation and read failing in turn (build-asan/)" >&2
+        if ! "$PY" tests/faultinject/run_fi.py --build build-asan 2>&1 |
+                tee "$LOG_DIR/faultinject.log"; then
+            echo "FAILED: fault injection found a crash, leak, hang or unclean refusal" \
+                 "(see above)" >&2
+            echo "$(grep '^fault injection:' "$LOG_DIR/faultinject.log" | tail -1 ||
+                    echo 'fault injection: the driver failed') (fault-injection run)"
+            exit 1
+        fi
+    fi
 fi
 if [[ "${UNSHARDFS_NO_FUZZ:-0}" == 1 ]]; then
     echo "== fuzz: SKIPPED (UNSHARDFS_NO_FUZZ=1)" >&2

@@ -105,7 +105,9 @@ static enum us_status build_header(struct st_view *sv, uint64_t *data_len)
 		pos += sv->order[i]->nbytes;
 	}
 	us_sbuf_putc(&b, '}');
-	while (b.len % 8)
+	/* !b.oom: a buffer out of memory ignores putc, and this looped
+	 * forever at mount (found by tests/faultinject). */
+	while (!b.oom && b.len % 8)
 		us_sbuf_putc(&b, ' ');
 	if (b.oom) {
 		us_sbuf_free(&b);

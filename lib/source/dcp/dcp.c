@@ -711,8 +711,12 @@ static bool tree_put(cJSON *root, const struct us_pk *path, size_t from,
 			}
 			if (!child) {
 				child = next_int ? cJSON_CreateArray() : cJSON_CreateObject();
-				if (!cJSON_AddItemToObject(node, k->u.str.s, child))
+				if (!cJSON_AddItemToObject(node, k->u.str.s, child)) {
+					/* not added: still ours (it leaked when
+					 * the key's copy failed: faultinject) */
+					cJSON_Delete(child);
 					return false;
+				}
 			}
 		} else if (k->kind == US_PK_INT && k->u.i >= 0 && k->u.i < 65536 &&
 			   cJSON_IsArray(node)) {
@@ -723,7 +727,11 @@ static bool tree_put(cJSON *root, const struct us_pk *path, size_t from,
 			child = cJSON_GetArrayItem(node, (int)k->u.i);
 			if (cJSON_IsNull(child)) {
 				child = next_int ? cJSON_CreateArray() : cJSON_CreateObject();
-				cJSON_ReplaceItemInArray(node, (int)k->u.i, child);
+				/* unchecked, an orphan child (and @v in it) leaked */
+				if (!cJSON_ReplaceItemInArray(node, (int)k->u.i, child)) {
+					cJSON_Delete(child);
+					return false;
+				}
 			}
 		} else {
 			return false;
@@ -745,7 +753,12 @@ static enum us_status add_optim_value(struct dcp *d, const char *fqn)
 	    tree_put(d->optim_tree, path, from, v, d->json_budget))
 		return US_OK;
 	scalars = cJSON_GetObjectItemCaseSensitive(d->optim_tree, "scalars");
-	cJSON_AddItemToObject(scalars, optim_name(d, fqn), v);
+	if (!cJSON_AddItemToObject(scalars, optim_name(d, fqn), v)) {
+		/* Its key could not be copied: v is still ours (it leaked,
+		 * and the value went missing: tests/faultinject). */
+		cJSON_Delete(v);
+		return us_err_set(d->err, US_E_NOMEM, d->metapath, "out of memory");
+	}
 	return US_OK;
 }
 

@@ -386,6 +386,9 @@ static enum us_status read_optimizer(struct walk *w, const struct us_pk *root)
 	jgroups = us_pk_to_json_budget(groups, &w->json_budget);
 	if (!w->dst || !tree || !scalars || !jgroups ||
 	    !cJSON_AddItemToObject(tree, "param_groups", jgroups)) {
+		/* Not added to tree, so not freed with it (leaked when an
+		 * allocation failed: tests/faultinject). */
+		cJSON_Delete(jgroups);
 		cJSON_Delete(tree);
 		return us_err_set(w->err, US_E_NOMEM, ".", "out of memory");
 	}
