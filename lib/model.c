@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "codec/json.h"
+#include "grow.h"
 #include "overlap.h"
 
 struct us_statedict *us_sd_new(void)
@@ -37,25 +38,6 @@ void us_sd_free(struct us_statedict *sd)
 	free(sd->aliases);
 	us_arena_free(&sd->arena);
 	free(sd);
-}
-
-/* Grow a malloc'ed array to hold at least @n + 1 elements. */
-static bool grow(void **arr, size_t *cap, size_t n, size_t elem)
-{
-	size_t ncap;
-	void *p;
-
-	if (n < *cap)
-		return true;
-	ncap = *cap ? *cap * 2 : 16;
-	if (ncap > SIZE_MAX / elem)
-		return false;
-	p = realloc(*arr, ncap * elem);
-	if (!p)
-		return false;
-	*arr = p;
-	*cap = ncap;
-	return true;
 }
 
 struct us_statedict *us_sd_optim(struct us_statedict *sd)
@@ -91,9 +73,7 @@ enum us_status us_sd_consume(struct us_statedict *sd, const char *relpath)
 
 	if (us_sd_is_consumed(sd, relpath))
 		return US_OK;
-	if (!grow((void **)&sd->consumed, &sd->consumed_cap, sd->nconsumed,
-		  sizeof(*sd->consumed)))
-		return US_E_NOMEM;
+	US_TRY(US_GROW(sd->consumed, sd->consumed_cap, sd->nconsumed));
 	copy = us_arena_strdup(&sd->arena, relpath);
 	if (!copy)
 		return US_E_NOMEM;
@@ -119,7 +99,7 @@ enum us_status us_sd_open_file(struct us_statedict *sd, int dirfd,
 		}
 	}
 	if (sd->nfiles >= UINT32_MAX ||
-	    !grow((void **)&sd->files, &sd->files_cap, sd->nfiles, sizeof(*f)))
+	    US_GROW(sd->files, sd->files_cap, sd->nfiles) != US_OK)
 		return us_err_set(err, US_E_NOMEM, relpath, "out of memory");
 	/* O_NONBLOCK: a FIFO named like a shard would otherwise block the
 	 * mount forever in open(2); it is refused just below.  (No effect on
@@ -196,8 +176,7 @@ struct us_tensor *us_sd_add_tensor(struct us_statedict *sd, const char *name,
 		return NULL;
 	}
 	assert(!sd->finalized);
-	if (!grow((void **)&sd->tensors, &sd->tensors_cap, sd->ntensors,
-		  sizeof(*t)))
+	if (US_GROW(sd->tensors, sd->tensors_cap, sd->ntensors) != US_OK)
 		goto nomem;
 	t = &sd->tensors[sd->ntensors];
 	memset(t, 0, sizeof(*t));
@@ -833,9 +812,7 @@ enum us_status us_sd_add_alias(struct us_statedict *sd, const char *name,
 	struct us_alias *a;
 
 	assert(!sd->finalized);
-	if (!grow((void **)&sd->aliases, &sd->aliases_cap, sd->naliases,
-		  sizeof(*a)))
-		return US_E_NOMEM;
+	US_TRY(US_GROW(sd->aliases, sd->aliases_cap, sd->naliases));
 	a = &sd->aliases[sd->naliases];
 	a->name = us_arena_strdup(&sd->arena, name);
 	a->target = us_arena_strdup(&sd->arena, target);
