@@ -45,14 +45,7 @@ static bool sub_probes(int dirfd, const char *name)
 
 bool us_source_recognised(const char *path)
 {
-	int d = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	bool yes;
-
-	if (d < 0)
-		return false;
-	yes = probes(d);
-	close(d);
-	return yes;
+	return sub_probes(AT_FDCWD, path);
 }
 
 /* The revision refs/main names, when it is a snapshot directory. */

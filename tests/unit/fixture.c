@@ -6,8 +6,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "source/source.h"
 #include "tmpdir.h"
+
+struct us_statedict *fixture_open(const char *path)
+{
+	struct us_statedict *sd = NULL;
+	struct us_err err = {0};
+	int dirfd = -1;
+
+	if (us_source_open(path, NULL, &sd, &dirfd, &err) != US_OK)
+		fprintf(stderr, "  %s: %s\n", path, err.msg);
+	if (dirfd >= 0)
+		close(dirfd);
+	return sd;
+}
 
 const char *fixture_path(const char *rel)
 {

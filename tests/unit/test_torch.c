@@ -16,15 +16,9 @@
 
 static struct us_statedict *open_ok(const char *path)
 {
-	struct us_statedict *sd = NULL;
-	struct us_err err = {0};
-	int dirfd = -1;
+	struct us_statedict *sd = fixture_open(path);
 
-	CHECK(us_source_open(path, NULL, &sd, &dirfd, &err) == US_OK);
-	if (!sd)
-		fprintf(stderr, "  %s: %s\n", path, err.msg);
-	if (dirfd >= 0)
-		close(dirfd);
+	CHECK(sd != NULL);
 	return sd;
 }
 
