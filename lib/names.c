@@ -117,73 +117,108 @@ bool us_is_optimizer_container(const char *k)
 }
 
 /* "state.<param>.<slot>" -> "state." + unwrap(<param>) + ".<slot>". */
-static char *unwrap_optim_name(const char *name, const struct us_names_opts *o)
+/* "state.<param>.<slot>" with <param> unwrapped, in *@out (malloc'ed), or
+ * *@out NULL when @name is not a per-parameter entry (kept as it is).
+ * Out of memory is a failure, never "keep it": names must not depend on
+ * the machine's memory (tests/faultinject). */
+static enum us_status unwrap_optim_name(const char *name,
+					const struct us_names_opts *o,
+					char **out)
 {
 	const char *param = name + 6, *slot = strrchr(name, '.');
-	size_t plen;
-	char *in, *out;
+	char *in;
 
+	*out = NULL;
 	if (strncmp(name, "state.", 6) != 0 || slot <= param)
-		return NULL; /* not a per-parameter entry: keep it */
-	plen = (size_t)(slot - param);
-	in = strndup(param, plen);
-	out = malloc(strlen(name) + 1);
-	if (in && out) {
-		us_unwrap_name(in, o, out + 6);
-		memcpy(out, "state.", 6);
-		strcat(out, slot);
-	} else {
-		free(out);
-		out = NULL;
+		return US_OK;
+	in = strndup(param, (size_t)(slot - param));
+	*out = malloc(strlen(name) + 1);
+	if (!in || !*out) {
+		free(in);
+		free(*out);
+		*out = NULL;
+		return US_E_NOMEM;
 	}
+	us_unwrap_name(in, o, *out + 6);
+	memcpy(*out, "state.", 6);
+	strcat(*out, slot);
 	free(in);
-	return out;
+	return US_OK;
 }
 
-/* Unwrap, in place, every string of the JSON array @list. */
-static void unwrap_json_names(cJSON *list, const struct us_names_opts *o)
+/* Unwrap, in place, every string of the JSON array @list.  Unwrapping
+ * only shortens a name, so cJSON_SetValuestring copies in place. */
+static enum us_status unwrap_json_names(cJSON *list,
+					const struct us_names_opts *o)
 {
 	cJSON *p;
 
 	cJSON_ArrayForEach(p, list) {
 		char *buf;
 
-		if (!cJSON_IsString(p) || !(buf = malloc(strlen(p->valuestring) + 1)))
+		if (!cJSON_IsString(p))
 			continue;
+		if (!(buf = malloc(strlen(p->valuestring) + 1)))
+			return US_E_NOMEM;
 		us_unwrap_name(p->valuestring, o, buf);
-		cJSON_SetValuestring(p, buf);
+		p = cJSON_SetValuestring(p, buf) ? p : NULL;
 		free(buf);
+		if (!p)
+			return US_E_NOMEM;
 	}
+	return US_OK;
 }
 
-void us_unwrap_json_groups(cJSON *groups, const struct us_names_opts *o)
+enum us_status us_unwrap_json_groups(cJSON *groups,
+				     const struct us_names_opts *o)
 {
 	cJSON *g;
 
 	cJSON_ArrayForEach(g, groups) {
-		unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "params"), o);
-		unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "param_names"), o);
+		US_TRY(unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "params"), o));
+		US_TRY(unwrap_json_names(cJSON_GetObjectItemCaseSensitive(g, "param_names"), o));
 	}
+	return US_OK;
 }
 
-void us_unwrap_json_optim_keys(cJSON *obj, const struct us_names_opts *o)
+/* Move @obj's first item to @fresh under its unwrapped key. */
+static enum us_status move_optim_key(cJSON *obj, cJSON *fresh,
+				     const struct us_names_opts *o)
 {
-	cJSON *fresh = cJSON_CreateObject();
+	cJSON *it = obj->child;
+	char *k;
 
-	if (!fresh || !cJSON_IsObject(obj))
-		goto out;
-	/* Keys cannot be renamed in place: move each item to a new object. */
-	while (obj->child) {
-		cJSON *it = cJSON_DetachItemViaPointer(obj, obj->child);
-		char *k = unwrap_optim_name(it->string, o);
-
-		cJSON_AddItemToObject(fresh, k ? k : it->string, it);
+	US_TRY(unwrap_optim_name(it->string, o, &k));
+	cJSON_DetachItemViaPointer(obj, it);
+	if (!cJSON_AddItemToObject(fresh, k ? k : it->string, it)) {
+		/* its key could not be copied: the mount is refused */
+		cJSON_Delete(it);
 		free(k);
+		return US_E_NOMEM;
 	}
-	obj->child = fresh->child; /* the moved items, under their new keys */
-	fresh->child = NULL;
-out:
+	free(k);
+	return US_OK;
+}
+
+enum us_status us_unwrap_json_optim_keys(cJSON *obj,
+					 const struct us_names_opts *o)
+{
+	cJSON *fresh;
+	enum us_status rc = US_OK;
+
+	if (!cJSON_IsObject(obj))
+		return US_OK;
+	if (!(fresh = cJSON_CreateObject()))
+		return US_E_NOMEM;
+	/* Keys cannot be renamed in place: move each item to a new object. */
+	while (rc == US_OK && obj->child)
+		rc = move_optim_key(obj, fresh, o);
+	if (rc == US_OK) {
+		obj->child = fresh->child; /* the moved items, new keys */
+		fresh->child = NULL;
+	}
 	cJSON_Delete(fresh);
+	return rc;
 }
 
 enum us_status us_names_apply_optim(struct us_statedict *sd,
@@ -192,8 +227,10 @@ enum us_status us_names_apply_optim(struct us_statedict *sd,
 {
 	for (size_t i = 0; i < sd->ntensors; i++) {
 		struct us_tensor *t = &sd->tensors[i];
-		char *n = unwrap_optim_name(t->name, o);
+		char *n;
 
+		if (unwrap_optim_name(t->name, o, &n) != US_OK)
+			return us_err_set(err, US_E_NOMEM, ".", "out of memory");
 		if (n && strcmp(n, t->name) != 0)
 			t->name = us_arena_strdup(&sd->arena, n);
 		free(n);

@@ -52,11 +52,13 @@ struct cJSON;
 
 /* us_unwrap_json_groups - unwrap, in place, the "params" and "param_names"
  * lists of each of an optimizer's JSON param @groups. */
-void us_unwrap_json_groups(struct cJSON *groups, const struct us_names_opts *o);
+enum us_status us_unwrap_json_groups(struct cJSON *groups,
+				     const struct us_names_opts *o);
 
 /* us_unwrap_json_optim_keys - unwrap the <param> of every
  * "state.<param>.<slot>" key of the JSON object @obj (optimizer scalars). */
-void us_unwrap_json_optim_keys(struct cJSON *obj, const struct us_names_opts *o);
+enum us_status us_unwrap_json_optim_keys(struct cJSON *obj,
+					 const struct us_names_opts *o);
 
 /* us_names_apply - unwrap every tensor's name (as its reader set it, after
  * the container rule).  Collisions

@@ -2,6 +2,7 @@
 #include "source.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,23 +28,33 @@ enum us_status us_dirlist(int dirfd, char ***names_out, size_t *n_out)
 	size_t n = 0, cap = 0;
 	struct dirent *de;
 	DIR *d;
+	enum us_status rc;
 	int fd;
 
 	fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return US_E_IO;
-	d = fdopendir(fd);
+	d = fdopendir(fd); /* allocates its buffer: ENOMEM is memory */
 	if (!d) {
+		rc = errno == ENOMEM ? US_E_NOMEM : US_E_IO;
 		close(fd);
-		return US_E_IO;
+		return rc;
 	}
-	while ((de = readdir(d)) != NULL) {
+	/* readdir's NULL is the end only with errno untouched: a listing
+	 * cut short by an error would silently hide files. */
+	while ((errno = 0, de = readdir(d)) != NULL) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
 		if (US_GROW(names, cap, n) != US_OK ||
 		    !(names[n] = strdup(de->d_name)))
 			goto nomem;
 		n++;
+	}
+	if (errno) {
+		rc = errno == ENOMEM ? US_E_NOMEM : US_E_IO;
+		closedir(d);
+		us_dirlist_free(names, n);
+		return rc;
 	}
 	closedir(d);
 	if (n > 1)

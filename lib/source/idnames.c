@@ -52,7 +52,8 @@ void us_idnames_free(struct us_idnames *t)
 	t->n = t->cap = 0;
 }
 
-void us_idnames_name_params(cJSON *groups, const struct us_idnames *t)
+enum us_status us_idnames_name_params(cJSON *groups,
+				      const struct us_idnames *t)
 {
 	cJSON *g;
 
@@ -66,9 +67,13 @@ void us_idnames_name_params(cJSON *groups, const struct us_idnames *t)
 
 			next = x->next;
 			name = us_json_i64(x, &id) ? us_idnames_get(t, id) : NULL;
-			if (name && (s = cJSON_CreateString(name)) &&
-			    !cJSON_ReplaceItemViaPointer(list, x, s))
-				cJSON_Delete(s);
+			if (!name)
+				continue;
+			/* replacing by pointer allocates nothing */
+			if (!(s = cJSON_CreateString(name)))
+				return US_E_NOMEM;
+			cJSON_ReplaceItemViaPointer(list, x, s);
 		}
 	}
+	return US_OK;
 }

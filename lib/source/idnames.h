@@ -15,6 +15,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "../us_error.h"
+
 struct us_idname {
 	int64_t id;
 	size_t seq;       /* insertion order: the first of equal ids wins */
@@ -37,6 +39,7 @@ void us_idnames_free(struct us_idnames *t);
 /* us_idnames_name_params - in each of the JSON param @groups, replace the
  * ids of "params" that @t names by their names.  The lists are walked by
  * pointer: indexing a cJSON array is linear (10^5 ids: 10^10 steps). */
-void us_idnames_name_params(cJSON *groups, const struct us_idnames *t);
+enum us_status us_idnames_name_params(cJSON *groups,
+				      const struct us_idnames *t);
 
 #endif /* US_IDNAMES_H */

@@ -639,35 +639,54 @@ static enum us_status byte_item_root(int fd, const struct dcp_item *it,
 	return US_OK;
 }
 
-/* The value of a byte item: a torch.save archive of a Python object. */
-static cJSON *byte_item_value(struct dcp *d, const char *fqn)
+/*
+ * A failure while decoding an informative value: the checkpoint's fault
+ * (an unknown transform, a damaged archive, a file that cannot be opened)
+ * makes the value null, never a refusal; the machine's (memory, a failed
+ * read of a file that opened) refuses, since the same SOURCE must always
+ * give the same optimizer.json (tests/faultinject).
+ */
+static bool value_is_null_for(enum us_status rc)
+{
+	return rc != US_E_NOMEM && rc != US_E_IO;
+}
+
+/* The value of a byte item (a torch.save archive of a Python object) in
+ * *@out: null when it cannot be decoded (value_is_null_for). */
+static enum us_status byte_item_value(struct dcp *d, const char *fqn,
+				      cJSON **out)
 {
 	const struct dcp_item *it = find_item(d, fqn, NULL);
 	struct us_err ignored, *err = d->err;
 	enum us_transform xf;
+	enum us_status rc;
 	struct us_pk *root;
 	struct us_arena a;
 	uint32_t file;
-	cJSON *v = NULL;
 
-	if (!it)
-		return cJSON_CreateNull();
-	/* Informative only: never a refusal (an unknown transform, a file
-	 * that cannot be opened or a damaged archive make the value null),
-	 * so errors go to a scratch record. */
-	d->err = &ignored;
-	if (check_transforms(d, it, &xf) != US_OK ||
-	    open_item_file(d, it, &file) != US_OK) {
-		d->err = err;
-		return cJSON_CreateNull();
-	}
+	*out = NULL;
+	d->err = &ignored; /* scratch: a null value needs no message */
+	rc = it ? check_transforms(d, it, &xf) : US_E_FORMAT;
+	if (rc == US_OK)
+		rc = open_item_file(d, it, &file);
 	d->err = err;
-	us_arena_init(&a);
-	if (byte_item_root(d->sd->files[file].fd, it, xf, &a, &root,
-			   &ignored) == US_OK)
-		v = us_pk_to_json_budget(root, d->json_budget);
-	us_arena_free(&a);
-	return v ? v : cJSON_CreateNull();
+	if (rc == US_E_NOMEM)
+		return us_err_set(err, US_E_NOMEM, d->metapath, "out of memory");
+	if (rc == US_OK) {
+		us_arena_init(&a);
+		rc = byte_item_root(d->sd->files[file].fd, it, xf, &a, &root,
+				    &ignored);
+		if (rc == US_OK && !(*out = us_pk_to_json_budget(root, d->json_budget)))
+			rc = US_E_NOMEM;
+		us_arena_free(&a);
+		if (!value_is_null_for(rc))
+			return us_err_set(err, rc, it->relpath, "item of '%s': %s",
+					  fqn, rc == US_E_NOMEM ? "out of memory"
+								: ignored.msg);
+	}
+	if (!*out && !(*out = cJSON_CreateNull()))
+		return us_err_set(err, US_E_NOMEM, d->metapath, "out of memory");
+	return US_OK;
 }
 
 /*
@@ -676,24 +695,42 @@ static cJSON *byte_item_value(struct dcp *d, const char *fqn)
  * otherwise make 40 * 65535 of them -- and counting the array's items on
  * every one (cJSON walks its list) made that 10^10 steps (fuzz_dcp_metadata).
  */
-static bool pad_array(cJSON *arr, size_t n, size_t *budget)
+static enum us_status pad_array(cJSON *arr, size_t n, size_t *budget)
 {
 	size_t have = (size_t)cJSON_GetArraySize(arr);
 
 	if (have >= n)
-		return true;
+		return US_OK;
 	if (n - have > *budget)
-		return false;
+		return US_E_UNSUPPORTED;
 	*budget -= n - have;
-	for (; have < n; have++)
-		if (!cJSON_AddItemToArray(arr, cJSON_CreateNull()))
-			return false;
-	return true;
+	for (; have < n; have++) {
+		cJSON *null = cJSON_CreateNull();
+
+		if (!cJSON_AddItemToArray(arr, null)) {
+			cJSON_Delete(null);
+			return US_E_NOMEM;
+		}
+	}
+	return US_OK;
 }
 
-/* Put @v at @path[@from..] under the tree root (ints index arrays). */
-static bool tree_put(cJSON *root, const struct us_pk *path, size_t from,
-		     cJSON *v, size_t *budget)
+/* A new container for the next path key: an array before an int. */
+static cJSON *new_node(bool next_int)
+{
+	return next_int ? cJSON_CreateArray() : cJSON_CreateObject();
+}
+
+/*
+ * Put @v at @path[@from..] under the tree root (ints index arrays).
+ * US_OK: placed (the tree owns @v); US_E_UNSUPPORTED: the path does not fit
+ * the tree (a key where an index is, an index past the budget), @v still
+ * the caller's; US_E_NOMEM: out of memory, @v still the caller's.  Memory
+ * must never move a value elsewhere: the same SOURCE gives one
+ * optimizer.json (tests/faultinject).
+ */
+static enum us_status tree_put(cJSON *root, const struct us_pk *path,
+			       size_t from, cJSON *v, size_t *budget)
 {
 	cJSON *node = root;
 
@@ -706,52 +743,60 @@ static bool tree_put(cJSON *root, const struct us_pk *path, size_t from,
 		if (k->kind == US_PK_STR && cJSON_IsObject(node)) {
 			child = cJSON_GetObjectItemCaseSensitive(node, k->u.str.s);
 			if (last) {
+				/* only the key's copy can fail */
 				cJSON_DeleteItemFromObjectCaseSensitive(node, k->u.str.s);
-				return cJSON_AddItemToObject(node, k->u.str.s, v);
+				return cJSON_AddItemToObject(node, k->u.str.s, v)
+					       ? US_OK : US_E_NOMEM;
 			}
 			if (!child) {
-				child = next_int ? cJSON_CreateArray() : cJSON_CreateObject();
+				child = new_node(next_int);
 				if (!cJSON_AddItemToObject(node, k->u.str.s, child)) {
 					/* not added: still ours (it leaked when
 					 * the key's copy failed: faultinject) */
 					cJSON_Delete(child);
-					return false;
+					return US_E_NOMEM;
 				}
 			}
 		} else if (k->kind == US_PK_INT && k->u.i >= 0 && k->u.i < 65536 &&
 			   cJSON_IsArray(node)) {
-			if (!pad_array(node, (size_t)k->u.i + 1, budget))
-				return false;
-			if (last)
-				return cJSON_ReplaceItemInArray(node, (int)k->u.i, v);
+			US_TRY(pad_array(node, (size_t)k->u.i + 1, budget));
+			if (last) /* padded: the slot exists, nothing allocates */
+				return cJSON_ReplaceItemInArray(node, (int)k->u.i, v)
+					       ? US_OK : US_E_UNSUPPORTED;
 			child = cJSON_GetArrayItem(node, (int)k->u.i);
 			if (cJSON_IsNull(child)) {
-				child = next_int ? cJSON_CreateArray() : cJSON_CreateObject();
+				child = new_node(next_int);
 				/* unchecked, an orphan child (and @v in it) leaked */
-				if (!cJSON_ReplaceItemInArray(node, (int)k->u.i, child)) {
+				if (!child ||
+				    !cJSON_ReplaceItemInArray(node, (int)k->u.i, child)) {
 					cJSON_Delete(child);
-					return false;
+					return US_E_NOMEM;
 				}
 			}
 		} else {
-			return false;
+			return US_E_UNSUPPORTED;
 		}
 		node = child;
 	}
-	return false;
+	return US_E_UNSUPPORTED;
 }
 
 static enum us_status add_optim_value(struct dcp *d, const char *fqn)
 {
 	const struct us_pk *path = planner_path(d, fqn);
-	cJSON *v = byte_item_value(d, fqn), *scalars;
 	size_t from = d->bare_optim ? 0 : 1; /* past the container key */
+	enum us_status rc = US_E_UNSUPPORTED;
+	cJSON *v, *scalars;
 
-	if (!v)
-		return us_err_set(d->err, US_E_NOMEM, d->metapath, "out of memory");
-	if (path && us_pk_is_str(us_pk_at(path, from), "param_groups") &&
-	    tree_put(d->optim_tree, path, from, v, d->json_budget))
+	US_TRY(byte_item_value(d, fqn, &v));
+	if (path && us_pk_is_str(us_pk_at(path, from), "param_groups"))
+		rc = tree_put(d->optim_tree, path, from, v, d->json_budget);
+	if (rc == US_OK)
 		return US_OK;
+	if (rc == US_E_NOMEM) {
+		cJSON_Delete(v);
+		return us_err_set(d->err, US_E_NOMEM, d->metapath, "out of memory");
+	}
 	scalars = cJSON_GetObjectItemCaseSensitive(d->optim_tree, "scalars");
 	if (!cJSON_AddItemToObject(scalars, optim_name(d, fqn), v)) {
 		/* Its key could not be copied: v is still ours (it leaked,
@@ -991,7 +1036,7 @@ static enum us_status name_optim_ids(struct us_statedict *o, cJSON *groups,
 	if (rc == US_OK)
 		rc = name_scalar_ids(scalars, &ids);
 	if (rc == US_OK)
-		us_idnames_name_params(groups, &ids);
+		rc = us_idnames_name_params(groups, &ids);
 	us_idnames_free(&ids);
 	return rc;
 }
@@ -1007,8 +1052,8 @@ static enum us_status finish_optim_json(struct us_statedict *sd, cJSON *tree,
 		return US_OK;
 	if (name_optim_ids(sd->optim, groups, scalars) != US_OK)
 		return US_E_NOMEM;
-	us_unwrap_json_optim_keys(scalars, names);
-	us_unwrap_json_groups(groups, names);
+	US_TRY(us_unwrap_json_optim_keys(scalars, names));
+	US_TRY(us_unwrap_json_groups(groups, names));
 	sd->optim_json = cJSON_Print(tree);
 	return sd->optim_json ? US_OK : US_E_NOMEM;
 }

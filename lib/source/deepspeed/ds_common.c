@@ -412,6 +412,31 @@ enum us_status us_ds_module_refusal(const char *path, struct us_err *err)
 			  "weights (they are partitioned); use fp32");
 }
 
+/* The unwrapped names of group @gi's parameters, as a JSON array (NULL
+ * when out of memory: never a shorter list). */
+static cJSON *group_names(const struct us_statedict *sd,
+			  const struct us_ds_param *params, uint32_t n,
+			  uint32_t gi)
+{
+	cJSON *names = cJSON_CreateArray();
+	char buf[4096];
+
+	for (uint32_t i = 0; names && i < n; i++) {
+		cJSON *s;
+
+		if (params[i].group != gi || strlen(params[i].name) >= sizeof(buf))
+			continue;
+		us_unwrap_name(params[i].name, sd->names, buf);
+		s = cJSON_CreateString(buf);
+		if (!cJSON_AddItemToArray(names, s)) {
+			cJSON_Delete(s);
+			cJSON_Delete(names);
+			names = NULL;
+		}
+	}
+	return names;
+}
+
 enum us_status us_ds_optim_json(struct us_statedict *sd, const struct us_pk *groups,
 				const struct us_ds_param *params, uint32_t n,
 				struct us_err *err)
@@ -425,18 +450,24 @@ enum us_status us_ds_optim_json(struct us_statedict *sd, const struct us_pk *gro
 		return us_err_set(err, US_E_NOMEM, ".", "out of memory");
 	}
 	cJSON_ArrayForEach(g, jg) {
-		cJSON *names = cJSON_CreateArray();
-		char buf[4096];
+		cJSON *old = cJSON_GetObjectItemCaseSensitive(g, "params"), *names;
 
-		for (uint32_t i = 0; names && i < n; i++) {
-			if (params[i].group != gi || strlen(params[i].name) >= sizeof(buf))
-				continue;
-			us_unwrap_name(params[i].name, sd->names, buf);
-			cJSON_AddItemToArray(names, cJSON_CreateString(buf));
+		if (!old) {
+			gi++; /* no list to name: the group stays as saved */
+			continue;
 		}
-		if (names)
-			cJSON_ReplaceItemInObject(g, "params", names);
-		gi++;
+		/* The key is set here: cJSON 1.7.15's ReplaceItemInObject does
+		 * not check its copy of the key, and a failed copy printed the
+		 * group without "params" (tests/faultinject). */
+		names = group_names(sd, params, n, gi++);
+		if (names && (names->string = cJSON_malloc(sizeof("params"))))
+			memcpy(names->string, "params", sizeof("params"));
+		if (!names || !names->string ||
+		    !cJSON_ReplaceItemViaPointer(g, old, names)) {
+			cJSON_Delete(names);
+			cJSON_Delete(tree);
+			return us_err_set(err, US_E_NOMEM, ".", "out of memory");
+		}
 	}
 	sd->optim_json = cJSON_Print(tree);
 	cJSON_Delete(tree);

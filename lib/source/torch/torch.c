@@ -395,8 +395,9 @@ static enum us_status read_optimizer(struct walk *w, const struct us_pk *root)
 	if (param_table(groups, &ids) < 0)
 		rc = us_err_set(w->err, US_E_NOMEM, ".", "out of memory");
 	/* ids -> names, then every name unwrapped */
-	us_idnames_name_params(jgroups, &ids);
-	us_unwrap_json_groups(jgroups, w->sd->names);
+	if (rc == US_OK && (us_idnames_name_params(jgroups, &ids) != US_OK ||
+			    us_unwrap_json_groups(jgroups, w->sd->names) != US_OK))
+		rc = us_err_set(w->err, US_E_NOMEM, ".", "out of memory");
 	for (size_t i = 0; us_pk_is_dictlike(state) && rc == US_OK &&
 			   i < state->coll->keys.n; i++) {
 		const struct us_pk *id = state->coll->keys.v[i];
