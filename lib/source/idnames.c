@@ -6,13 +6,12 @@
 #include "../codec/json.h"
 #include "../grow.h"
 
-int us_idnames_add(struct us_idnames *t, int64_t id, const char *name)
+enum us_status us_idnames_add(struct us_idnames *t, int64_t id, const char *name)
 {
-	if (US_GROW(t->v, t->cap, t->n) != US_OK)
-		return -1;
+	US_TRY(US_GROW(t->v, t->cap, t->n));
 	t->v[t->n] = (struct us_idname){ .id = id, .seq = t->n, .name = name };
 	t->n++;
-	return 0;
+	return US_OK;
 }
 
 static int cmp_idname(const void *a, const void *b)

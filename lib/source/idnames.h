@@ -28,8 +28,8 @@ struct us_idnames {
 	size_t n, cap;
 };
 
-/* us_idnames_add - append; -1 when out of memory. */
-int us_idnames_add(struct us_idnames *t, int64_t id, const char *name);
+/* us_idnames_add - append; US_OK or US_E_NOMEM. */
+enum us_status us_idnames_add(struct us_idnames *t, int64_t id, const char *name);
 /* us_idnames_sort - call once after the last add, before any get. */
 void us_idnames_sort(struct us_idnames *t);
 /* us_idnames_get - the name first added for @id, or NULL. */

@@ -938,7 +938,7 @@ static enum us_status read_dcp_dir(struct us_statedict *sd, int dirfd,
 
 /* The groups' "params" and "param_names" side by side (torch >= 2.6, an
  * optimizer built from named_parameters()), as a table (idnames.h). */
-static int param_table(const cJSON *groups, struct us_idnames *t)
+static enum us_status param_table(const cJSON *groups, struct us_idnames *t)
 {
 	const cJSON *g;
 
@@ -951,13 +951,12 @@ static int param_table(const cJSON *groups, struct us_idnames *t)
 		for (; x && n; x = x->next, n = n->next) {
 			int64_t id;
 
-			if (us_json_i64(x, &id) && cJSON_IsString(n) &&
-			    us_idnames_add(t, id, n->valuestring) < 0)
-				return -1;
+			if (us_json_i64(x, &id) && cJSON_IsString(n))
+				US_TRY(us_idnames_add(t, id, n->valuestring));
 		}
 	}
 	us_idnames_sort(t);
-	return 0;
+	return US_OK;
 }
 
 /* "state.<id><rest>" -> "state.<name of id><rest>", allocated by @alloc;
@@ -1029,7 +1028,7 @@ static enum us_status name_optim_ids(struct us_statedict *o, cJSON *groups,
 				     cJSON *scalars)
 {
 	struct us_idnames ids = { 0 };
-	enum us_status rc = param_table(groups, &ids) < 0 ? US_E_NOMEM : US_OK;
+	enum us_status rc = param_table(groups, &ids);
 
 	for (size_t i = 0; o && rc == US_OK && i < o->ntensors; i++)
 		rc = rename_state(o, &o->tensors[i], &ids);

@@ -319,7 +319,8 @@ static const struct us_pk *find_optimizer(const struct us_pk *root)
 }
 
 /* The groups' params/param_names pairs as a table (idnames.h). */
-static int param_table(const struct us_pk *groups, struct us_idnames *t)
+static enum us_status param_table(const struct us_pk *groups,
+				  struct us_idnames *t)
 {
 	for (size_t g = 0; g < us_pk_len(groups); g++) {
 		const struct us_pk *grp = us_pk_at(groups, g);
@@ -329,13 +330,12 @@ static int param_table(const struct us_pk *groups, struct us_idnames *t)
 		for (size_t i = 0; i < us_pk_len(ids) && i < us_pk_len(names); i++) {
 			const struct us_pk *x = us_pk_at(ids, i), *n = us_pk_at(names, i);
 
-			if (x->kind == US_PK_INT && n->kind == US_PK_STR &&
-			    us_idnames_add(t, x->u.i, n->u.str.s) < 0)
-				return -1;
+			if (x->kind == US_PK_INT && n->kind == US_PK_STR)
+				US_TRY(us_idnames_add(t, x->u.i, n->u.str.s));
 		}
 	}
 	us_idnames_sort(t);
-	return 0;
+	return US_OK;
 }
 
 static enum us_status optim_slot(struct walk *w, cJSON *scalars,
@@ -392,7 +392,7 @@ static enum us_status read_optimizer(struct walk *w, const struct us_pk *root)
 		cJSON_Delete(tree);
 		return us_err_set(w->err, US_E_NOMEM, ".", "out of memory");
 	}
-	if (param_table(groups, &ids) < 0)
+	if (param_table(groups, &ids) != US_OK)
 		rc = us_err_set(w->err, US_E_NOMEM, ".", "out of memory");
 	/* ids -> names, then every name unwrapped */
 	if (rc == US_OK && (us_idnames_name_params(jgroups, &ids) != US_OK ||
