@@ -44,6 +44,39 @@ static void put_shape(struct us_sbuf *b, const struct us_tensor *t)
 	us_sbuf_putc(b, ']');
 }
 
+/* A recipe's output: the rule (1-based) and the source names it read. */
+static void put_json_recipe_rule(struct us_sbuf *b, const struct us_tensor *t)
+{
+	us_sbuf_puts(b, ",\"recipe_rule\":");
+	if (!t->recipe_rule) {
+		us_sbuf_puts(b, "null");
+		return;
+	}
+	us_sbuf_u64(b, t->recipe_rule);
+	us_sbuf_puts(b, ",\"source_names\":[");
+	us_sbuf_json_str(b, t->source_name);
+	us_sbuf_putc(b, ']');
+}
+
+/* "recipe": its name or null; "recipe_dropped": what its rules dropped. */
+static void put_json_recipe(struct us_sbuf *b, const struct us_statedict *sd)
+{
+	us_sbuf_puts(b, ",\"recipe\":");
+	if (sd->recipe)
+		us_sbuf_json_str(b, sd->recipe);
+	else
+		us_sbuf_puts(b, "null");
+	us_sbuf_puts(b, ",\"recipe_dropped\":[");
+	for (size_t i = 0; i < sd->nrecipe_dropped; i++) {
+		us_sbuf_puts(b, i ? ",{\"name\":" : "{\"name\":");
+		us_sbuf_json_str(b, sd->recipe_dropped[i]);
+		us_sbuf_puts(b, ",\"recipe_rule\":");
+		us_sbuf_u64(b, sd->recipe_dropped_rule[i]);
+		us_sbuf_putc(b, '}');
+	}
+	us_sbuf_putc(b, ']');
+}
+
 static void put_json_tensor(struct us_sbuf *b, const struct us_statedict *sd,
 			    const struct us_tensor *t)
 {
@@ -68,6 +101,7 @@ static void put_json_tensor(struct us_sbuf *b, const struct us_statedict *sd,
 		us_sbuf_puts(b, "null");
 	us_sbuf_puts(b, ",\"links\":");
 	us_sbuf_u64(b, t->nlinks);
+	put_json_recipe_rule(b, t);
 	us_sbuf_putc(b, '}');
 }
 
@@ -136,6 +170,7 @@ static int print_json(const struct us_statedict *sd, const struct us_pt_list *pt
 	us_sbuf_json_str(&b, sd->format ? sd->format : "unknown");
 	us_sbuf_puts(&b, ",\"tensors\":");
 	put_json_tensors(&b, sd);
+	put_json_recipe(&b, sd);
 	put_json_optimizer(&b, sd);
 	put_json_passthrough(&b, pt);
 	us_sbuf_puts(&b, "}\n");
@@ -157,10 +192,14 @@ static int print_row(const struct us_statedict *sd, const struct us_tensor *t,
 	us_sbuf_putc(&shape, '\0');
 	us_sbuf_putc(&src, '\0');
 	rc = shape.oom || src.oom ? -1 :
-	     fprintf(out, "%-*s  %-7s  %-18s  %12llu  %6u  %s%s%s\n", width,
+	     fprintf(out, "%-*s  %-7s  %-18s  %12llu  %6u  %s%s%s", width,
 		     t->name, us_dtype_name(t->dtype), shape.p,
 		     (unsigned long long)t->nbytes, t->nchunks, src.p,
 		     t->tie_of ? "  = " : "", t->tie_of ? t->tie_of->name : "");
+	if (rc >= 0 && t->recipe_rule)
+		rc = fprintf(out, "  rule %u <- %s", t->recipe_rule, t->source_name);
+	if (rc >= 0)
+		rc = fputc('\n', out);
 	us_sbuf_free(&shape);
 	us_sbuf_free(&src);
 	return rc < 0 ? -1 : 0;
@@ -220,6 +259,20 @@ static int print_optimizer(const struct us_statedict *sd, FILE *out)
 	return 0;
 }
 
+/* One line under the totals: the recipe, and every name it dropped. */
+static void print_recipe(const struct us_statedict *sd, FILE *out)
+{
+	if (!sd->recipe)
+		return;
+	fprintf(out, "recipe %s; dropped by the recipe: ", sd->recipe);
+	if (!sd->nrecipe_dropped)
+		fputs("none", out);
+	for (size_t i = 0; i < sd->nrecipe_dropped; i++)
+		fprintf(out, "%s%s (rule %u)", i ? ", " : "", sd->recipe_dropped[i],
+			sd->recipe_dropped_rule[i]);
+	fputc('\n', out);
+}
+
 static void print_passthrough(const struct us_pt_list *pt, FILE *out)
 {
 	unsigned long long total = 0;
@@ -252,6 +305,7 @@ static int print_text(const struct us_statedict *sd, const struct us_pt_list *pt
 		"file%s (%s)\n", sd->ntensors, plural(sd->ntensors), tied, total,
 		plural(total), sd->nfiles, plural(sd->nfiles),
 		sd->format ? sd->format : "?");
+	print_recipe(sd, out);
 	if (print_optimizer(sd, out) < 0)
 		return -1;
 	print_passthrough(pt, out);
@@ -279,8 +333,8 @@ static int visible_files(struct us_pt_list *pt)
 	return 0;
 }
 
-int us_inspect_print(const struct us_statedict *sd, int srcfd, bool json,
-		     FILE *out)
+int us_inspect_print(const struct us_statedict *sd, int srcfd,
+		     const char *overlay, bool json, FILE *out)
 {
 	struct us_pt_list pt = {0};
 	struct us_err err = {0};
@@ -289,6 +343,11 @@ int us_inspect_print(const struct us_statedict *sd, int srcfd, bool json,
 	/* SOURCE one file: nothing beside it is passed through */
 	if (srcfd >= 0 && us_pt_scan(srcfd, sd, &pt, &err) != US_OK) {
 		fprintf(stderr, "unshardfs: %s\n", err.msg);
+		return -1;
+	}
+	if (overlay && us_pt_overlay(overlay, &pt, &err) != US_OK) {
+		fprintf(stderr, "unshardfs: %s\n", err.msg);
+		us_pt_free(&pt);
 		return -1;
 	}
 	if (visible_files(&pt) < 0) {

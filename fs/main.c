@@ -227,9 +227,15 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 	so.cast = o->cast;
 	so.cast_to = o->cast_to;
 	so.ds_weights = o->ds_weights;
+	so.recipe = o->recipe;
+	so.overlay = o->overlay;
 	if (us_source_open(o->source, &so, &m->sd, &m->srcfd, &err) != US_OK)
 		return err.status == US_E_USAGE ? refuse(o, &err)
 						: refuse_source(o, &err);
+	if (m->sd->recipe_hint && !o->quiet)
+		fprintf(stderr, "unshardfs: note: the tensor names fit the built-in "
+			"recipe %s: --recipe=%s serves Hugging Face's names and "
+			"layouts\n", m->sd->recipe_hint, m->sd->recipe_hint);
 	if (o->inspect)
 		return 0;
 	if (new_assembler(o, &m->as, &err) != US_OK)
@@ -242,6 +248,8 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 	    us_view_raw_array_new(m->sd, &m->raw, &err) != US_OK)
 		return refuse(o, &err);
 	if (m->srcfd >= 0 && us_pt_scan(m->srcfd, m->sd, &m->pt, &err) != US_OK)
+		return refuse(o, &err);
+	if (o->overlay && us_pt_overlay(o->overlay, &m->pt, &err) != US_OK)
 		return refuse(o, &err);
 	if (stat(o->source, &root) < 0 ||
 	    us_tree_build(&m->tree, m->views, m->nviews, m->sd, m->raw, &m->pt,
@@ -436,7 +444,7 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	rc = prepare(&o, &m);
 	if (rc == 0 && o.inspect)
-		rc = us_inspect_print(m.sd, m.srcfd, o.json, stdout) < 0 ?
+		rc = us_inspect_print(m.sd, m.srcfd, o.overlay, o.json, stdout) < 0 ?
 		     EXIT_REFUSED : 0;
 	else if (rc == 0 && o.export_cmd)
 		rc = us_export(&o, m.as, m.sd, m.srcfd, m.views, m.nviews);

@@ -92,6 +92,13 @@ void us_opts_usage(FILE *out)
 "                           model.safetensors.index.json, shards of at most\n"
 "                           SIZE bytes (a bigger tensor gets its own\n"
 "                           shard) instead of model.safetensors (default: off)\n"
+"    --recipe=R             NAME|FILE|auto: map a trainer's names and layouts\n"
+"                           to Hugging Face's, lazily (built-in: torchtitan-\n"
+"                           llama3, torchtitan-qwen3, torchtitan-deepseek-v3;\n"
+"                           FILE: docs/recipes.md) (default: names as stored)\n"
+"    --overlay=DIR          add DIR's files (config.json, tokenizer files) to\n"
+"                           the passthrough files; they win over SOURCE's\n"
+"                           files of the same name (mount and inspect)\n"
 "\n"
 "export options:\n"
 "    --view=V               safetensors|bin: model.safetensors (or its shards)\n"
@@ -322,6 +329,22 @@ static int set_cache_size(struct us_opts *o, const char *v)
 		: usage_error("bad --cache-size '%s'", v);
 }
 
+static int set_recipe(struct us_opts *o, const char *v)
+{
+	if (!*v)
+		return usage_error("bad --recipe '' (NAME, FILE or auto)");
+	o->recipe = v;
+	return 0;
+}
+
+static int set_overlay(struct us_opts *o, const char *v)
+{
+	if (!*v)
+		return usage_error("bad --overlay '' (a directory)");
+	o->overlay = v;
+	return 0;
+}
+
 static int set_strip_prefix(struct us_opts *o, const char *v)
 {
 	if (o->nstrip == US_MAX_STRIP || !*v)
@@ -432,6 +455,8 @@ static const struct opt_def {
 	{"deepspeed-weights", true, AT_ALL, set_ds_weights},
 	{"max-shard-size", true, AT_ALL, set_max_shard_size},
 	{"direct-io", true, AT_ALL, set_direct_io},
+	{"recipe", true, AT_ALL, set_recipe},
+	{"overlay", true, AT_MOUNT | AT_INSPECT, set_overlay},
 	{"views", true, AT_MOUNT, set_views},
 	{"view", true, AT_EXPORT, set_view},
 	{"uid", true, AT_MOUNT | DASH_O_ONLY, set_uid},

@@ -99,6 +99,8 @@ struct us_opts {
 	enum us_ties_mode ties;
 	enum us_ds_weights ds_weights; /* --deepspeed-weights */
 	bool direct_io;            /* --direct-io=on: read() past the page cache */
+	const char *recipe;        /* --recipe: NULL, "auto", NAME or FILE */
+	const char *overlay;       /* --overlay DIR, or NULL */
 	/* -o uid=N,gid=N,umask=M: owner and mode bits of every file served */
 	bool set_uid, set_gid, set_umask;
 	uid_t uid;

@@ -95,6 +95,12 @@ struct us_tensor {
 	 * buffers, upcast like zero_to_fp32 does) sets this; the source layer
 	 * applies it after finalize and ties (us_tensor_present_as). */
 	bool upcast_f32;
+	/* The recipe rule (1-based, recipes/recipe.h) that made this tensor,
+	 * 0 when no recipe ran; source_name is then the tensor it came from.
+	 * A rule's cast is applied, like upcast_f32, after ties. */
+	uint32_t recipe_rule;
+	bool recipe_cast;
+	enum us_dtype recipe_cast_to;
 };
 
 struct us_statedict {
@@ -127,6 +133,16 @@ struct us_statedict {
 	/* The unwrapping options, for readers that name things inside
 	 * non-tensor state (optimizer param_groups); NULL: defaults. */
 	const struct us_names_opts *names;
+	/* The recipe that renamed and re-laid the tensors (NULL: none), and
+	 * the source names its rules dropped (rule numbers beside): inspect
+	 * reports them, so no tensor disappears silently. */
+	const char *recipe;
+	const char **recipe_dropped;
+	uint32_t *recipe_dropped_rule;
+	size_t nrecipe_dropped;
+	/* No recipe was asked for, and this built-in fits every name: the
+	 * mount says so on stderr (a hint, not an error).  NULL otherwise. */
+	const char *recipe_hint;
 	/* Files that belong to the checkpoint (shards, indexes): not passed through. */
 	const char **consumed;
 	size_t nconsumed, consumed_cap;

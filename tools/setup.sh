@@ -2,7 +2,7 @@
 # tools/setup.sh — set up everything unshardfs needs on a Debian 12 machine, idempotently:
 #   1. apt packages (only when one is missing, checked with dpkg -s)
 #   2. the Python venv for the integration tests, cached by the hash of
-#      tests/requirements.txt and tests/requirements-nobuild.txt under ${UNSHARDFS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/unshardfs}
+#      tests/requirements.txt, tests/requirements-nobuild.txt and tests/requirements-nodeps.txt under ${UNSHARDFS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/unshardfs}
 #   3. the meson builds: build/ (debugoptimized) and build-asan/ (ASan + UBSan)
 #
 # Execute it (`bash tools/setup.sh`) or source it (`. tools/setup.sh`); sourced, it also
@@ -19,7 +19,8 @@ _unshardfs_root() { (cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd); }
 _unshardfs_venv_path() {
     local root hash cache
     root="$(_unshardfs_root)"
-    hash="$(cat "$root/tests/requirements.txt" "$root/tests/requirements-nobuild.txt" |
+    hash="$(cat "$root/tests/requirements.txt" "$root/tests/requirements-nobuild.txt" \
+            "$root/tests/requirements-nodeps.txt" |
             sha256sum | cut -c1-16)"
     cache="${UNSHARDFS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/unshardfs}"
     printf '%s/venv-%s\n' "$cache" "$hash"
@@ -83,9 +84,12 @@ else
         -r tests/requirements.txt
     DS_BUILD_OPS=0 "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input -q \
         --no-build-isolation -r tests/requirements-nobuild.txt
+    # torchtitan: its declared dependencies (datasets, wandb, ...) are unused
+    "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input -q \
+        --no-deps -r tests/requirements-nodeps.txt
     end=$(date +%s)
     log "venv: pip install took $((end - start)) s"
-    sha256sum tests/requirements.txt tests/requirements-nobuild.txt > "$MARKER"
+    sha256sum tests/requirements.txt tests/requirements-nobuild.txt tests/requirements-nodeps.txt > "$MARKER"
 fi
 
 # ---------------------------------------------------------------- 3. builds

@@ -34,4 +34,15 @@ enum us_status us_pt_scan(int dirfd, const struct us_statedict *sd,
 			  struct us_pt_list *out, struct us_err *err);
 void us_pt_free(struct us_pt_list *l);
 
+/*
+ * us_pt_overlay - add the regular files (symlinks followed) directly in
+ * @dir to @l as top-level entries (--overlay).  Their relpath is absolute
+ * (openat ignores the SOURCE descriptor for it), and an overlay file
+ * replaces a SOURCE file of the same name: the user added it on purpose
+ * (an HF config.json beside a trainer's own).  Subdirectories are not
+ * walked: an overlay is a flat config directory.
+ */
+enum us_status us_pt_overlay(const char *dir, struct us_pt_list *l,
+			     struct us_err *err);
+
 #endif /* US_PASSTHROUGH_H */

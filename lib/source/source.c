@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../recipes/recipe.h"
+
 static const struct us_reader *const readers[] = {
 	&us_reader_dcp,
 	/* before deepspeed: a universal folder holds model states files too */
@@ -57,6 +59,61 @@ static int open_parent(const char *path, char **base)
 	return fd;
 }
 
+/* The directory whose config.json recipes and ties read: --overlay's when
+ * it has one (the user added it for this), else SOURCE's.  *@ovfd is the
+ * overlay's descriptor to close (-1: none). */
+static enum us_status config_dir(const struct us_source_opts *opts, int dirfd,
+				 int *cfgfd, int *ovfd, struct us_err *err)
+{
+	*cfgfd = dirfd;
+	*ovfd = -1;
+	if (!opts || !opts->overlay)
+		return US_OK;
+	*ovfd = open(opts->overlay, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (*ovfd < 0)
+		return us_err_set(err, US_E_USAGE, opts->overlay,
+				  "--overlay: cannot open the directory: %s",
+				  strerror(errno));
+	if (faccessat(*ovfd, "config.json", F_OK, 0) == 0)
+		*cfgfd = *ovfd;
+	return US_OK;
+}
+
+/* The one built-in recipe that fits, as a hint (none asked for). */
+static void recipe_hint(struct us_statedict *sd)
+{
+	const char *name = NULL;
+
+	if (us_recipe_auto(sd, &name, NULL) == US_OK)
+		sd->recipe_hint = name;
+}
+
+/* --recipe: rename and re-lay the tensors before finalize checks them. */
+static enum us_status apply_recipe(struct us_statedict *sd,
+				   const struct us_source_opts *opts, int cfgfd,
+				   struct us_err *err)
+{
+	const char *spec = opts ? opts->recipe : NULL;
+	struct us_recipe *r;
+	enum us_status rc;
+
+	if (!spec) {
+		recipe_hint(sd);
+		return US_OK;
+	}
+	if (strcmp(spec, "auto") == 0) {
+		US_TRY(us_recipe_auto(sd, &spec, err));
+		if (!spec)
+			return us_err_set(err, US_E_UNSUPPORTED, ".", "--recipe=auto: "
+					  "no built-in recipe fits every tensor name "
+					  "(docs/recipes.md: write one)");
+	}
+	US_TRY(us_recipe_load(spec, &r, err));
+	rc = us_recipe_apply(sd, r, cfgfd, err);
+	us_recipe_free(r);
+	return rc;
+}
+
 enum us_status us_source_open(const char *path,
 			      const struct us_source_opts *opts,
 			      struct us_statedict **out, int *dirfd_out,
@@ -68,7 +125,7 @@ enum us_status us_source_open(const char *path,
 	char *file = NULL;
 	struct stat st;
 	enum us_status rc;
-	int dirfd;
+	int dirfd, cfgfd, ovfd = -1;
 
 	*out = NULL;
 	*dirfd_out = -1;
@@ -82,6 +139,8 @@ enum us_status us_source_open(const char *path,
 	if (dirfd < 0)
 		return us_err_set(err, US_E_IO, ".", "cannot open SOURCE %s: %s",
 				  path, strerror(errno));
+	if ((rc = config_dir(opts, dirfd, &cfgfd, &ovfd, err)) != US_OK)
+		goto fail;
 	r = pick_reader(format, dirfd, file);
 	if (!r && format && strcmp(format, "auto") != 0) {
 		rc = us_err_set(err, US_E_USAGE, file ? file : ".",
@@ -110,10 +169,14 @@ enum us_status us_source_open(const char *path,
 	if (rc == US_OK && sd->optim)
 		rc = us_names_apply_optim(sd->optim, opts ? &opts->names : NULL, err);
 	if (rc == US_OK)
+		rc = apply_recipe(sd, opts, cfgfd, err);
+	if (rc == US_OK)
 		rc = us_sd_finalize(sd, err);
 	if (rc == US_OK)
-		rc = us_ties_detect(sd, opts ? opts->ties : US_TIES_AUTO, dirfd,
+		rc = us_ties_detect(sd, opts ? opts->ties : US_TIES_AUTO, cfgfd,
 				    opts && opts->progress, err);
+	if (rc == US_OK)
+		us_recipe_present(sd);
 	/* Last: ties are found on the stored bytes. */
 	for (size_t i = 0; rc == US_OK && i < sd->ntensors; i++)
 		if (sd->tensors[i].upcast_f32)
@@ -125,6 +188,8 @@ enum us_status us_source_open(const char *path,
 		goto fail;
 	}
 	*out = sd;
+	if (ovfd >= 0)
+		close(ovfd);
 	if (file)
 		close(dirfd);
 	else
@@ -132,6 +197,8 @@ enum us_status us_source_open(const char *path,
 	free(file);
 	return US_OK;
 fail:
+	if (ovfd >= 0)
+		close(ovfd);
 	close(dirfd);
 	free(file);
 	return rc;

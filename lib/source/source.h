@@ -27,6 +27,12 @@ struct us_source_opts {
 	bool cast;          /* --dtype other than keep: present floats as... */
 	enum us_dtype cast_to;
 	enum us_ds_weights ds_weights;
+	/* --recipe: NULL (names as stored), "auto", a built-in name or a
+	 * recipe file (recipes/recipe.h). */
+	const char *recipe;
+	/* --overlay DIR: its config.json, when it has one, is the one recipes
+	 * (head_dim) and ties (tie_word_embeddings) read instead of SOURCE's. */
+	const char *overlay;
 };
 
 /*

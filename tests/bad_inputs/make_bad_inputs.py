@@ -1348,6 +1348,168 @@ def uc_latest_names_missing(root):
                 why="latest_universal names a folder that is not there")
 
 
+# ---------------------------------------------------------------- recipes (docs/recipes.md)
+# A broken --recipe FILE is refused at mount like a broken checkpoint: one line naming the
+# recipe file (as given) and the rule; a recipe that does not fit the checkpoint names the
+# rule, or the tensor no rule matches (in the file that declared it).
+
+TT_LLAMA = "torchtitan/llama3"
+LLAMA_RECIPE = os.path.join(REPO, "docs", "recipes", "torchtitan-llama3.json")
+
+
+def recipe_case(root, edit, why, path=None):
+    """SOURCE: the torchtitan Llama 3 fixture; --recipe: the built-in's JSON after
+    edit(rules) (a list it may change in place, or return a replacement document)."""
+    shutil.copytree(os.path.join(FIX, TT_LLAMA, "ckpt", "step-1"), os.path.join(root, "src"))
+    with open(LLAMA_RECIPE) as f:
+        doc = json.load(f)
+    out = edit(doc["rules"])
+    if out is not None:
+        doc = out
+    rp = os.path.join(root, "recipe.json")
+    with open(rp, "w") as f:
+        f.write(doc if isinstance(doc, str) else json.dumps(doc))
+    return dict(source="src", path=path or rp, why=why,
+                opts=[f"--recipe={rp}", f"--overlay={os.path.join(FIX, TT_LLAMA, 'hf')}"])
+
+
+def rule(rules, src):
+    return next(r for r in rules if r["from"] == src)
+
+
+WQ = "layers.{i}.attention.qkv_linear.wq.weight"
+
+
+@case
+def recipe_unknown_transform(root):
+    return recipe_case(root, lambda r: rule(r, "norm.weight").update(rotate={"dim": 0}),
+                       "a transform that does not exist")
+
+
+@case
+def recipe_capture_not_in_target(root):
+    return recipe_case(root, lambda r: rule(r, WQ).update(to="model.q_proj.weight"),
+                       "a capture of from missing from to (all layers would get one name)")
+
+
+@case
+def recipe_target_capture_unknown(root):
+    return recipe_case(root, lambda r: rule(r, "norm.weight").update(to="model.{j}.norm.weight"),
+                       "a capture of to that nothing supplies")
+
+
+@case
+def recipe_two_rules_one_pattern(root):
+    return recipe_case(root, lambda r: rule(r, "lm_head.weight").update(to="model.norm.weight"),
+                       "two rules with the same target pattern")
+
+
+@case
+def recipe_two_rules_one_name(root):
+    def edit(r):
+        rule(r, "norm.weight").update(to="model.layers.0.post_attention_layernorm.weight")
+    return recipe_case(root, edit, "two rules making one name for this checkpoint")
+
+
+@case
+def recipe_slice_out_of_range(root):
+    return recipe_case(root, lambda r: rule(r, "norm.weight").update(
+        slice={"dim": 0, "start": 0, "stop": 33}), "a slice past the end of the dim")
+
+
+@case
+def recipe_slice_dim_out_of_range(root):
+    return recipe_case(root, lambda r: rule(r, "norm.weight").update(
+        slice={"dim": 1, "start": 0, "stop": 1}), "a slice of a dim the tensor lacks")
+
+
+@case
+def recipe_permutation_size_mismatch(root):
+    return recipe_case(root, lambda r: rule(r, "norm.weight").update(
+        permute={"dim": 0, "order": [1, 0, 2, 3, 4]}), "a permutation of 5 for a dim of 32")
+
+
+@case
+def recipe_permutation_not_bijective(root):
+    return recipe_case(root, lambda r: rule(r, "norm.weight").update(
+        permute={"dim": 0, "order": [0, 0, 1]}), "an order with an index twice")
+
+
+@case
+def recipe_rope_not_divisible(root):
+    return recipe_case(root, lambda r: rule(r, WQ).update(
+        permute={"dim": 0, "rope": "interleaved_to_halves", "head_dim": 12}),
+        "32 rows are not a multiple of head_dim 12")
+
+
+@case
+def recipe_rope_head_dim_odd(root):
+    return recipe_case(root, lambda r: rule(r, WQ).update(
+        permute={"dim": 0, "rope": "interleaved_to_halves", "head_dim": 7}),
+        "an odd head_dim (rotary pairs)")
+
+
+@case
+def recipe_split_dim_out_of_range(root):
+    return recipe_case(root, lambda r: rule(r, WQ).update(
+        to="model.layers.{i}.self_attn.q_proj.{e}.weight", split={"dim": 2, "as": "e"}),
+        "a split of a dim the tensor lacks")
+
+
+@case
+def recipe_split_capture_not_in_target(root):
+    return recipe_case(root, lambda r: rule(r, WQ).update(split={"dim": 0, "as": "e"}),
+                       "split's index capture missing from to")
+
+
+@case
+def recipe_bad_cast(root):
+    return recipe_case(root, lambda r: rule(r, "norm.weight").update(cast="I8"),
+                       "a cast to a non-float dtype")
+
+
+@case
+def recipe_drop_with_target(root):
+    return recipe_case(root, lambda r: rule(r, "norm.weight").update(drop=True),
+                       "a dropped tensor with a target")
+
+
+@case
+def recipe_drop_what_another_maps(root):
+    return recipe_case(root, lambda r: r.append({"from": "norm.weight", "drop": True}),
+                       "one rule drops what another maps")
+
+
+@case
+def recipe_unclosed_brace(root):
+    return recipe_case(root, lambda r: rule(r, WQ).update(**{"from": "layers.{i.wq.weight"}),
+                       "an unclosed capture")
+
+
+@case
+def recipe_not_json(root):
+    return recipe_case(root, lambda r: '{"unshardfs_recipe": 1, "rules": [', "not JSON")
+
+
+@case
+def recipe_no_version(root):
+    return recipe_case(root, lambda r: {"rules": r}, "no \"unshardfs_recipe\": 1")
+
+
+@case
+def recipe_tensor_without_rule(root):
+    return recipe_case(root, lambda r: r.remove(rule(r, "norm.weight")),
+                       "a checkpoint tensor no rule matches (never dropped silently)",
+                       path=".metadata")
+
+
+@case
+def recipe_required_rule_unmatched(root):
+    return recipe_case(root, lambda r: r.append(
+        {"from": "layers.{i}.attention.q_norm.weight", "to": "model.layers.{i}.q_norm.weight",
+         "require": True}), "a required rule that matches nothing (another model's recipe)")
+
+
 # ---------------------------------------------------------------- driver
 
 def build(out, names=None):

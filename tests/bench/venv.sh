@@ -10,7 +10,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cache="${UNSHARDFS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/unshardfs}"
 base="${UNSHARDFS_VENV:-$cache/venv-$(cat "$root/tests/requirements.txt" \
-    "$root/tests/requirements-nobuild.txt" | sha256sum | cut -c1-16)}"
+    "$root/tests/requirements-nobuild.txt" "$root/tests/requirements-nodeps.txt" | sha256sum | cut -c1-16)}"
 if [[ ! -x "$base/bin/python" ]]; then
     echo "[bench] test venv $base missing: running tools/setup.sh" >&2
     UNSHARDFS_NO_ASAN=1 UNSHARDFS_NO_FUZZ=1 bash "$root/tools/setup.sh" >&2

@@ -1,0 +1,249 @@
+/*
+ * apply.c - rewrite a state dict by a recipe (recipe.h): every source
+ * tensor through the rules that match it, into a new tensor list.  The
+ * old list's chunks stay in the arena; outputs either share them (a rename)
+ * or get rewritten copies (layout.h).  Nothing is dropped unless a rule
+ * says so, and what is dropped is recorded for inspect.
+ */
+#include "recipe.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hfconfig.h"
+#include "pattern.h"
+#include "transform.h"
+
+#define NAME_MAX_LEN 4096
+
+struct run {
+	struct us_statedict *sd;
+	const struct us_recipe *r;
+	uint64_t head_dim;   /* config.json's, 0: none */
+	bool *hit;           /* per rule: matched some tensor */
+	struct us_err *err;
+};
+
+static struct us_rule_ref ref(const struct run *x, size_t i)
+{
+	return (struct us_rule_ref){ .recipe = x->r->name, .rule = i + 1 };
+}
+
+/* A rename: the output shares the source's chunks, as an alias does. */
+static struct us_tensor *renamed(struct run *x, const struct us_tensor *t,
+				 const char *name)
+{
+	struct us_tensor *o = us_sd_add_tensor(x->sd, name, t->dtype, t->ndim,
+					       t->shape, 0, t->decl_path, x->err);
+
+	if (o) {
+		o->chunks = t->chunks;
+		o->nchunks = t->nchunks;
+	}
+	return o;
+}
+
+static enum us_status emit(struct run *x, size_t i, const struct us_tensor *t,
+			   const struct us_capture *caps, uint64_t idx)
+{
+	const struct us_recipe_rule *r = &x->r->rules[i];
+	char name[NAME_MAX_LEN];
+	struct us_tensor *o;
+	struct us_layout l;
+
+	if (!us_pattern_format(&r->to, &r->from, caps, r->split_var, idx, name,
+			       sizeof(name)))
+		return us_err_set(x->err, US_E_UNSUPPORTED, x->r->name, "rule %zu: "
+				  "the name made from '%s' is too long", i + 1, t->name);
+	if (!r->has_split && !r->has_slice && !r->has_permute) {
+		o = renamed(x, t, name);
+	} else {
+		US_TRY(us_rule_layout(r, ref(x, i), t, idx, x->head_dim, &l, x->err));
+		o = us_layout_to(x->sd, &l, name, t->dtype, t->decl_path, x->err);
+		us_layout_free(&l);
+	}
+	if (!o)
+		return x->err ? x->err->status : US_E_NOMEM;
+	o->source_name = t->name; /* what inspect and refusals call it */
+	o->decl_path = t->decl_path;
+	o->upcast_f32 = t->upcast_f32;
+	o->recipe_rule = (uint32_t)(i + 1);
+	o->recipe_cast = r->has_cast;
+	o->recipe_cast_to = r->cast;
+	return US_OK;
+}
+
+/* Rule @i maps @t: one output, or one per index of the split dim. */
+static enum us_status map(struct run *x, size_t i, const struct us_tensor *t,
+			  const struct us_capture *caps)
+{
+	const struct us_recipe_rule *r = &x->r->rules[i];
+	uint64_t n = 1;
+
+	US_TRY(us_rule_check(r, ref(x, i), t, x->head_dim, x->err));
+	if (r->has_split)
+		n = t->shape[r->split_dim];
+	for (uint64_t k = 0; k < n; k++)
+		US_TRY(emit(x, i, t, caps, k));
+	return US_OK;
+}
+
+static enum us_status drop(struct run *x, size_t i, const struct us_tensor *t)
+{
+	struct us_statedict *sd = x->sd;
+	size_t n = sd->nrecipe_dropped;
+	const char **names = us_arena_calloc(&sd->arena, n + 1, sizeof(*names));
+	uint32_t *rules = us_arena_calloc(&sd->arena, n + 1, sizeof(*rules));
+
+	/* Arena arrays, regrown per drop: a recipe drops a handful. */
+	if (!names || !rules)
+		return us_err_set(x->err, US_E_NOMEM, ".", "out of memory");
+	if (n) {
+		memcpy(names, sd->recipe_dropped, n * sizeof(*names));
+		memcpy(rules, sd->recipe_dropped_rule, n * sizeof(*rules));
+	}
+	names[n] = t->name;
+	rules[n] = (uint32_t)(i + 1);
+	sd->recipe_dropped = names;
+	sd->recipe_dropped_rule = rules;
+	sd->nrecipe_dropped = n + 1;
+	return US_OK;
+}
+
+/* Every rule matching @t; none is a refusal, and so is a rule dropping
+ * what another maps (the recipe would contradict itself). */
+static enum us_status one_tensor(struct run *x, const struct us_tensor *t)
+{
+	struct us_capture caps[US_RECIPE_MAX_CAPS];
+	size_t mapped = 0, dropped = 0, first = 0;
+
+	for (size_t i = 0; i < x->r->nrules; i++) {
+		const struct us_recipe_rule *r = &x->r->rules[i];
+
+		if (!us_pattern_match(&r->from, t->name, caps))
+			continue;
+		if (!mapped && !dropped)
+			first = i;
+		x->hit[i] = true;
+		if (r->drop && mapped)
+			return us_err_set(x->err, US_E_FORMAT, x->r->name, "rule %zu: "
+					  "drops '%s', which rule %zu maps", i + 1,
+					  t->name, first + 1);
+		if (!r->drop && dropped)
+			return us_err_set(x->err, US_E_FORMAT, x->r->name, "rule %zu: "
+					  "maps '%s', which rule %zu drops", i + 1,
+					  t->name, first + 1);
+		if (r->drop) {
+			dropped++;
+			US_TRY(drop(x, i, t));
+		} else {
+			mapped++;
+			US_TRY(map(x, i, t, caps));
+		}
+	}
+	if (!mapped && !dropped)
+		return us_err_set(x->err, US_E_UNSUPPORTED,
+				  t->decl_path ? t->decl_path : ".",
+				  "tensor '%s' matches no rule of recipe %s (mount "
+				  "without --recipe to serve the source names)",
+				  t->name, x->r->name);
+	return US_OK;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp((*(const struct us_tensor *const *)a)->name,
+		      (*(const struct us_tensor *const *)b)->name);
+}
+
+/* Two outputs with one name: say which rules and sources made them. */
+static enum us_status check_unique(struct run *x)
+{
+	struct us_statedict *sd = x->sd;
+	const struct us_tensor **v = malloc((sd->ntensors + 1) * sizeof(*v));
+	enum us_status rc = US_OK;
+
+	if (!v)
+		return us_err_set(x->err, US_E_NOMEM, ".", "out of memory");
+	for (size_t i = 0; i < sd->ntensors; i++)
+		v[i] = &sd->tensors[i];
+	qsort(v, sd->ntensors, sizeof(*v), cmp_name);
+	for (size_t i = 1; rc == US_OK && i < sd->ntensors; i++)
+		if (!strcmp(v[i]->name, v[i - 1]->name))
+			rc = us_err_set(x->err, US_E_FORMAT, x->r->name, "rules %u "
+					"and %u both make '%s' (from '%s' and '%s')",
+					v[i - 1]->recipe_rule, v[i]->recipe_rule,
+					v[i]->name, v[i - 1]->source_name,
+					v[i]->source_name);
+	free(v);
+	return rc;
+}
+
+static enum us_status check_required(struct run *x)
+{
+	for (size_t i = 0; i < x->r->nrules; i++)
+		if (x->r->rules[i].required && !x->hit[i])
+			return us_err_set(x->err, US_E_UNSUPPORTED, x->r->name,
+					  "rule %zu: no tensor matches '%s', which "
+					  "the recipe requires (a checkpoint of "
+					  "another model?)", i + 1,
+					  x->r->rules[i].from.text);
+	return US_OK;
+}
+
+static bool needs_config(const struct us_recipe *r)
+{
+	for (size_t i = 0; i < r->nrules; i++)
+		if (r->rules[i].rope && !r->rules[i].head_dim)
+			return true;
+	return false;
+}
+
+static enum us_status run_all(struct run *x, const struct us_tensor *old,
+			      size_t nold)
+{
+	for (size_t i = 0; i < nold; i++)
+		US_TRY(one_tensor(x, &old[i]));
+	US_TRY(check_required(x));
+	return check_unique(x);
+}
+
+enum us_status us_recipe_apply(struct us_statedict *sd,
+			       const struct us_recipe *r, int cfgfd,
+			       struct us_err *err)
+{
+	struct run x = { .sd = sd, .r = r, .err = err };
+	struct us_tensor *old = sd->tensors;
+	size_t nold = sd->ntensors, oldcap = sd->tensors_cap;
+	enum us_status rc;
+
+	if (needs_config(r))
+		US_TRY(us_hfconfig_head_dim(cfgfd, &x.head_dim, err));
+	if (!(x.hit = calloc(r->nrules, sizeof(*x.hit))))
+		return us_err_set(err, US_E_NOMEM, ".", "out of memory");
+	sd->tensors = NULL;
+	sd->ntensors = sd->tensors_cap = 0;
+	rc = run_all(&x, old, nold);
+	if (rc == US_OK && !(sd->recipe = us_arena_strdup(&sd->arena, r->name)))
+		rc = us_err_set(err, US_E_NOMEM, ".", "out of memory");
+	free(x.hit);
+	if (rc != US_OK) {
+		/* us_sd_free frees whichever list is in sd: put the old back */
+		free(sd->tensors);
+		sd->tensors = old;
+		sd->ntensors = nold;
+		sd->tensors_cap = oldcap;
+		return rc;
+	}
+	free(old);
+	return US_OK;
+}
+
+void us_recipe_present(struct us_statedict *sd)
+{
+	for (size_t i = 0; i < sd->ntensors; i++)
+		if (sd->tensors[i].recipe_cast)
+			us_tensor_present_as(&sd->tensors[i],
+					     sd->tensors[i].recipe_cast_to);
+}

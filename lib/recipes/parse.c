@@ -1,0 +1,364 @@
+/*
+ * parse.c - a recipe's JSON text to rules, validated (docs/recipes.md).
+ * Everything that can be checked without the checkpoint is checked here,
+ * so a broken recipe fails the same way on every checkpoint, refused like a
+ * broken checkpoint (exit status 2): "<recipe>: rule N: <what is wrong>".
+ */
+#include "recipe.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../codec/json.h"
+#include "pattern.h"
+
+struct ctx {
+	const char *name;
+	size_t rule; /* 1-based, for messages */
+	struct us_err *err;
+};
+
+static enum us_status bad(struct ctx *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static enum us_status bad(struct ctx *c, const char *fmt, ...)
+{
+	char what[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	return us_err_set(c->err, US_E_FORMAT, c->name, "rule %zu: %s", c->rule, what);
+}
+
+/* Only @keys (NULL-terminated) may appear in @obj: a misspelt transform
+ * must not be ignored. */
+static enum us_status known_keys(struct ctx *c, const cJSON *obj,
+				 const char *const *keys, const char *what)
+{
+	const cJSON *it;
+
+	cJSON_ArrayForEach(it, obj) {
+		size_t k = 0;
+
+		while (keys[k] && strcmp(keys[k], it->string))
+			k++;
+		if (!keys[k])
+			return bad(c, "unknown %s '%s'", what, it->string);
+	}
+	return US_OK;
+}
+
+static enum us_status get_dim(struct ctx *c, const cJSON *obj, const char *t,
+			      uint32_t *dim)
+{
+	const cJSON *d = cJSON_GetObjectItemCaseSensitive(obj, "dim");
+	uint64_t v;
+
+	if (!d || !us_json_u64(d, &v) || v >= US_MAX_NDIM)
+		return bad(c, "%s needs \"dim\": an integer from 0 to 63", t);
+	*dim = (uint32_t)v;
+	return US_OK;
+}
+
+static enum us_status get_u64(struct ctx *c, const cJSON *obj, const char *key,
+			      const char *t, uint64_t *out)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+
+	if (v && us_json_u64(v, out))
+		return US_OK;
+	return bad(c, "%s needs \"%s\": a non-negative integer", t, key);
+}
+
+static enum us_status parse_split(struct ctx *c, const cJSON *o,
+				  struct us_recipe_rule *r)
+{
+	static const char *const keys[] = { "dim", "as", NULL };
+	const cJSON *as = cJSON_GetObjectItemCaseSensitive(o, "as");
+
+	if (!cJSON_IsObject(o))
+		return bad(c, "%s must be an object", "\"split\"");
+	US_TRY(known_keys(c, o, keys, "key of \"split\""));
+	US_TRY(get_dim(c, o, "split", &r->split_dim));
+	if (!cJSON_IsString(as))
+		return bad(c, "%s needs \"as\": the capture of \"to\" that takes "
+			   "the index", "split");
+	if (us_pattern_cap(&r->from, as->valuestring) >= 0)
+		return bad(c, "split's capture '{%s}' is also a capture of "
+			   "\"from\"", as->valuestring);
+	if (us_pattern_cap(&r->to, as->valuestring) < 0)
+		return bad(c, "split's capture '{%s}' is not in \"to\"",
+			   as->valuestring);
+	if (!(r->split_var = strdup(as->valuestring)))
+		return us_err_set(c->err, US_E_NOMEM, c->name, "out of memory");
+	r->has_split = true;
+	return US_OK;
+}
+
+static enum us_status parse_slice(struct ctx *c, const cJSON *o,
+				  struct us_recipe_rule *r)
+{
+	static const char *const keys[] = { "dim", "start", "stop", NULL };
+
+	if (!cJSON_IsObject(o))
+		return bad(c, "%s must be an object", "\"slice\"");
+	US_TRY(known_keys(c, o, keys, "key of \"slice\""));
+	US_TRY(get_dim(c, o, "slice", &r->slice_dim));
+	US_TRY(get_u64(c, o, "start", "slice", &r->slice_start));
+	US_TRY(get_u64(c, o, "stop", "slice", &r->slice_stop));
+	if (r->slice_start >= r->slice_stop)
+		return bad(c, "%s: start must be below stop", "slice");
+	r->has_slice = true;
+	return US_OK;
+}
+
+/* An explicit order: each index 0..n-1 exactly once. */
+static enum us_status parse_order(struct ctx *c, const cJSON *order,
+				  struct us_recipe_rule *r)
+{
+	size_t n = (size_t)cJSON_GetArraySize(order), i = 0;
+	bool *seen;
+	const cJSON *it;
+
+	if (n == 0)
+		return bad(c, "%s is empty", "permute's \"order\"");
+	r->order = calloc(n, sizeof(*r->order));
+	seen = calloc(n, 1);
+	if (!r->order || !seen) {
+		free(seen);
+		return us_err_set(c->err, US_E_NOMEM, c->name, "out of memory");
+	}
+	cJSON_ArrayForEach(it, order) {
+		uint64_t v;
+
+		if (!us_json_u64(it, &v) || v >= n || seen[v]) {
+			free(seen);
+			return bad(c, "%s is not a permutation of 0..n-1 (each "
+				   "index once)", "permute's \"order\"");
+		}
+		seen[v] = true;
+		r->order[i++] = v;
+	}
+	free(seen);
+	r->norder = n;
+	return US_OK;
+}
+
+static enum us_status parse_rope(struct ctx *c, const cJSON *o,
+				 struct us_recipe_rule *r)
+{
+	const cJSON *rope = cJSON_GetObjectItemCaseSensitive(o, "rope");
+	const cJSON *hd = cJSON_GetObjectItemCaseSensitive(o, "head_dim");
+
+	if (!cJSON_IsString(rope) || strcmp(rope->valuestring, "interleaved_to_halves"))
+		return bad(c, "%s: the only \"rope\" reorder is "
+			   "\"interleaved_to_halves\"", "permute");
+	r->rope = true;
+	if (cJSON_IsString(hd) && !strcmp(hd->valuestring, "config"))
+		return US_OK; /* head_dim = 0: from config.json at mount */
+	if (!hd || !us_json_u64(hd, &r->head_dim) || r->head_dim == 0 ||
+	    r->head_dim % 2)
+		return bad(c, "%s needs \"head_dim\": a positive even integer "
+			   "or \"config\"", "permute");
+	return US_OK;
+}
+
+static enum us_status parse_permute(struct ctx *c, const cJSON *o,
+				    struct us_recipe_rule *r)
+{
+	static const char *const keys[] = { "dim", "order", "rope", "head_dim", NULL };
+	const cJSON *order = cJSON_GetObjectItemCaseSensitive(o, "order");
+	bool rope = cJSON_GetObjectItemCaseSensitive(o, "rope") != NULL;
+
+	if (!cJSON_IsObject(o))
+		return bad(c, "%s must be an object", "\"permute\"");
+	US_TRY(known_keys(c, o, keys, "key of \"permute\""));
+	US_TRY(get_dim(c, o, "permute", &r->perm_dim));
+	if (!!order == rope)
+		return bad(c, "%s needs exactly one of \"order\" and \"rope\"",
+			   "permute");
+	r->has_permute = true;
+	if (order && !cJSON_IsArray(order))
+		return bad(c, "%s must be an array", "permute's \"order\"");
+	if (!order && cJSON_GetObjectItemCaseSensitive(o, "head_dim") == NULL)
+		return bad(c, "%s needs \"head_dim\"", "permute's \"rope\"");
+	return order ? parse_order(c, order, r) : parse_rope(c, o, r);
+}
+
+static enum us_status parse_cast(struct ctx *c, const cJSON *o,
+				 struct us_recipe_rule *r)
+{
+	if (!cJSON_IsString(o) || !us_dtype_from_name(o->valuestring, &r->cast) ||
+	    (r->cast != US_DT_F32 && r->cast != US_DT_F16 &&
+	     r->cast != US_DT_BF16 && r->cast != US_DT_F64))
+		return bad(c, "%s must be one of \"F64\", \"F32\", \"F16\", "
+			   "\"BF16\"", "\"cast\"");
+	r->has_cast = true;
+	return US_OK;
+}
+
+static enum us_status compile(struct ctx *c, const cJSON *v, const char *key,
+			      struct us_pattern *p)
+{
+	const char *why;
+
+	if (!cJSON_IsString(v))
+		return bad(c, "\"%s\" must be a string (a name pattern)", key);
+	if (us_pattern_compile(v->valuestring, p, &why))
+		return US_OK;
+	return bad(c, "\"%s\": %s", key, why);
+}
+
+/* Every capture of "from" must be in "to" (else two tensors would make
+ * one name), and every capture of "to" must come from somewhere. */
+static enum us_status check_caps(struct ctx *c, const struct us_recipe_rule *r)
+{
+	for (uint32_t i = 0; i < r->from.ncaps; i++)
+		if (us_pattern_cap(&r->to, r->from.caps[i]) < 0)
+			return bad(c, "capture '{%s}' of \"from\" is not in \"to\" "
+				   "(two tensors would get one name)", r->from.caps[i]);
+	for (uint32_t i = 0; i < r->to.ncaps; i++)
+		if (us_pattern_cap(&r->from, r->to.caps[i]) < 0 &&
+		    !(r->split_var && !strcmp(r->split_var, r->to.caps[i])))
+			return bad(c, "capture '{%s}' of \"to\" is not a capture of "
+				   "\"from\" (nor split's \"as\")", r->to.caps[i]);
+	return US_OK;
+}
+
+static enum us_status parse_transforms(struct ctx *c, const cJSON *o,
+				       struct us_recipe_rule *r)
+{
+	const cJSON *v;
+
+	if ((v = cJSON_GetObjectItemCaseSensitive(o, "split")))
+		US_TRY(parse_split(c, v, r));
+	if ((v = cJSON_GetObjectItemCaseSensitive(o, "slice")))
+		US_TRY(parse_slice(c, v, r));
+	if ((v = cJSON_GetObjectItemCaseSensitive(o, "permute")))
+		US_TRY(parse_permute(c, v, r));
+	if ((v = cJSON_GetObjectItemCaseSensitive(o, "cast")))
+		US_TRY(parse_cast(c, v, r));
+	return check_caps(c, r);
+}
+
+static enum us_status parse_rule(struct ctx *c, const cJSON *o,
+				 struct us_recipe_rule *r)
+{
+	static const char *const keys[] = { "from", "to", "drop", "require",
+		"split", "slice", "permute", "cast", "comment", NULL };
+	const cJSON *drop, *req, *to;
+
+	if (!cJSON_IsObject(o))
+		return bad(c, "%s is not an object", "the rule");
+	US_TRY(known_keys(c, o, keys, "transform or key"));
+	US_TRY(compile(c, cJSON_GetObjectItemCaseSensitive(o, "from"), "from", &r->from));
+	drop = cJSON_GetObjectItemCaseSensitive(o, "drop");
+	req = cJSON_GetObjectItemCaseSensitive(o, "require");
+	to = cJSON_GetObjectItemCaseSensitive(o, "to");
+	if ((drop && !cJSON_IsBool(drop)) || (req && !cJSON_IsBool(req)))
+		return bad(c, "%s must be true or false", "\"drop\" and \"require\"");
+	r->drop = cJSON_IsTrue(drop);
+	r->required = cJSON_IsTrue(req);
+	if (r->drop) {
+		if (cJSON_GetArraySize(o) > 2 + (req != NULL) +
+		    (cJSON_GetObjectItemCaseSensitive(o, "comment") != NULL))
+			return bad(c, "%s: a dropped tensor has no \"to\" or transforms",
+				   "\"drop\"");
+		return US_OK;
+	}
+	if (!to)
+		return bad(c, "%s", "the rule needs \"to\" (or \"drop\": true)");
+	US_TRY(compile(c, to, "to", &r->to));
+	return parse_transforms(c, o, r);
+}
+
+/* Two rules whose targets are the same pattern make the same names. */
+static enum us_status check_targets(struct ctx *c, const struct us_recipe *r)
+{
+	for (size_t i = 0; i < r->nrules; i++) {
+		for (size_t j = 0; j < i; j++) {
+			if (r->rules[i].drop || r->rules[j].drop ||
+			    strcmp(r->rules[i].to.text, r->rules[j].to.text))
+				continue;
+			c->rule = i + 1;
+			return bad(c, "produces the same names as rule %zu", j + 1);
+		}
+	}
+	return US_OK;
+}
+
+static enum us_status parse_root(struct ctx *c, const cJSON *root,
+				 struct us_recipe *r)
+{
+	static const char *const keys[] = { "unshardfs_recipe", "description",
+					    "rules", NULL };
+	const cJSON *rules = cJSON_GetObjectItemCaseSensitive(root, "rules");
+	const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "unshardfs_recipe");
+	const cJSON *it;
+	uint64_t v;
+
+	if (!cJSON_IsObject(root) || !ver || !us_json_u64(ver, &v) || v != 1)
+		return us_err_set(c->err, US_E_FORMAT, c->name, "not a recipe: "
+				  "a JSON object with \"unshardfs_recipe\": 1 "
+				  "(docs/recipes.md)");
+	US_TRY(known_keys(c, root, keys, "top-level key"));
+	if (!cJSON_IsArray(rules) || cJSON_GetArraySize(rules) == 0)
+		return us_err_set(c->err, US_E_FORMAT, c->name,
+				  "\"rules\" must be a non-empty array");
+	r->rules = calloc((size_t)cJSON_GetArraySize(rules), sizeof(*r->rules));
+	if (!r->rules)
+		return us_err_set(c->err, US_E_NOMEM, c->name, "out of memory");
+	cJSON_ArrayForEach(it, rules) {
+		c->rule = r->nrules + 1;
+		US_TRY(parse_rule(c, it, &r->rules[r->nrules++]));
+	}
+	return check_targets(c, r);
+}
+
+enum us_status us_recipe_parse(const char *text, size_t len, const char *name,
+			       struct us_recipe **out, struct us_err *err)
+{
+	struct ctx c = { .name = name, .err = err };
+	struct us_recipe *r = calloc(1, sizeof(*r));
+	struct us_err jerr;
+	cJSON *root = NULL;
+	enum us_status rc;
+
+	*out = NULL;
+	if (!r || !(r->name = strdup(name))) {
+		free(r);
+		return us_err_set(err, US_E_NOMEM, name, "out of memory");
+	}
+	rc = us_json_parse(text, len, &root, &jerr);
+	if (rc != US_OK)
+		rc = us_err_set(err, rc == US_E_NOMEM ? rc : US_E_FORMAT, name,
+				"%s", jerr.msg);
+	else
+		rc = parse_root(&c, root, r);
+	cJSON_Delete(root);
+	if (rc != US_OK) {
+		us_recipe_free(r);
+		return rc;
+	}
+	*out = r;
+	return US_OK;
+}
+
+void us_recipe_free(struct us_recipe *r)
+{
+	if (!r)
+		return;
+	for (size_t i = 0; i < r->nrules; i++) {
+		us_pattern_free(&r->rules[i].from);
+		us_pattern_free(&r->rules[i].to);
+		free(r->rules[i].split_var);
+		free(r->rules[i].order);
+	}
+	free(r->rules);
+	free(r->name);
+	free(r);
+}

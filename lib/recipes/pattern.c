@@ -1,0 +1,155 @@
+/* pattern.c - "{name}" patterns: compile, match, format. */
+#include "pattern.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void us_pattern_free(struct us_pattern *p)
+{
+	free(p->text);
+	for (uint32_t i = 0; i < p->ncaps; i++)
+		free(p->caps[i]);
+	memset(p, 0, sizeof(*p));
+}
+
+int us_pattern_cap(const struct us_pattern *p, const char *name)
+{
+	for (uint32_t i = 0; i < p->ncaps; i++)
+		if (strcmp(p->caps[i], name) == 0)
+			return (int)i;
+	return -1;
+}
+
+/* One capture at @s (just after '{'): its name, validated, appended. */
+static const char *add_cap(struct us_pattern *p, const char *s, const char **end)
+{
+	const char *close = strchr(s, '}');
+	char *name;
+
+	if (!close)
+		return "a '{' is not closed";
+	if (close == s)
+		return "a capture has no name ('{}')";
+	for (const char *q = s; q < close; q++)
+		if (!isalnum((unsigned char)*q) && *q != '_')
+			return "a capture name is not letters, digits or '_'";
+	if (close - s > 63)
+		return "a capture name is longer than 63 characters";
+	if (p->ncaps == US_RECIPE_MAX_CAPS)
+		return "more than 8 captures";
+	name = strndup(s, (size_t)(close - s));
+	if (!name)
+		return "out of memory";
+	if (us_pattern_cap(p, name) >= 0) {
+		free(name);
+		return "a capture name is used twice";
+	}
+	p->caps[p->ncaps++] = name;
+	/* A capture is a run of digits: what follows must end the run. */
+	if (close[1] == '{')
+		return "two captures with nothing between them";
+	if (isdigit((unsigned char)close[1]))
+		return "a capture is followed by a digit";
+	*end = close + 1;
+	return NULL;
+}
+
+bool us_pattern_compile(const char *text, struct us_pattern *p,
+			const char **why)
+{
+	const char *s = text;
+
+	memset(p, 0, sizeof(*p));
+	*why = NULL;
+	if (!*text) {
+		*why = "a pattern is empty";
+		return false;
+	}
+	while (*s) {
+		if (*s == '}') {
+			*why = "a '}' has no '{'";
+			break;
+		}
+		if (*s++ != '{')
+			continue;
+		if ((*why = add_cap(p, s, &s)))
+			break;
+	}
+	if (!*why && !(p->text = strdup(text)))
+		*why = "out of memory";
+	if (*why) {
+		us_pattern_free(p);
+		return false;
+	}
+	return true;
+}
+
+bool us_pattern_match(const struct us_pattern *p, const char *name,
+		      struct us_capture *caps)
+{
+	const char *s = p->text, *n = name;
+	uint32_t k = 0;
+
+	while (*s) {
+		if (*s != '{') {
+			if (*s++ != *n++)
+				return false;
+			continue;
+		}
+		s = strchr(s, '}') + 1; /* compiled: closed */
+		caps[k].s = n;
+		while (isdigit((unsigned char)*n))
+			n++;
+		caps[k].len = (size_t)(n - caps[k].s);
+		if (caps[k++].len == 0)
+			return false;
+	}
+	return *n == '\0';
+}
+
+bool us_pattern_format(const struct us_pattern *to, const struct us_pattern *from,
+		       const struct us_capture *caps, const char *var,
+		       unsigned long long idx, char *out, size_t cap)
+{
+	const char *s = to->text;
+	size_t o = 0;
+
+	while (*s) {
+		const char *close;
+		char num[24];
+		const char *v;
+		size_t vlen;
+		int i;
+
+		if (*s != '{') {
+			if (o + 1 >= cap)
+				return false;
+			out[o++] = *s++;
+			continue;
+		}
+		close = strchr(s, '}');
+		if (var && (size_t)(close - s - 1) == strlen(var) &&
+		    !strncmp(s + 1, var, strlen(var))) {
+			vlen = (size_t)snprintf(num, sizeof(num), "%llu", idx);
+			v = num;
+		} else {
+			char name[64];
+
+			snprintf(name, sizeof(name), "%.*s", (int)(close - s - 1), s + 1);
+			i = us_pattern_cap(from, name);
+			if (i < 0)
+				return false; /* parse.c refuses such a recipe */
+			v = caps[i].s;
+			vlen = caps[i].len;
+		}
+		if (o + vlen >= cap)
+			return false;
+		memcpy(out + o, v, vlen);
+		o += vlen;
+		s = close + 1;
+	}
+	out[o] = '\0';
+	return true;
+}

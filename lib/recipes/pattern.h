@@ -1,0 +1,42 @@
+/* pattern.h - name patterns with "{name}" captures (recipe.h). */
+#ifndef US_RECIPE_PATTERN_H
+#define US_RECIPE_PATTERN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "recipe.h"
+
+/* A capture's value: a run of digits inside the matched name. */
+struct us_capture {
+	const char *s;
+	size_t len;
+};
+
+/*
+ * us_pattern_compile - parse @text into @p (@text is copied).  NULL with a
+ * reason in *@why for an unclosed brace, an empty or repeated capture
+ * name, two captures with nothing between them, or a capture followed by a
+ * digit (a capture is a run of digits: what follows must end it).
+ */
+bool us_pattern_compile(const char *text, struct us_pattern *p,
+			const char **why);
+void us_pattern_free(struct us_pattern *p);
+
+/* us_pattern_match - does @name match @p?  Fills caps[0..ncaps). */
+bool us_pattern_match(const struct us_pattern *p, const char *name,
+		      struct us_capture *caps);
+
+/* us_pattern_cap - index of capture @name in @p, or -1. */
+int us_pattern_cap(const struct us_pattern *p, const char *name);
+
+/*
+ * us_pattern_format - write @to with its captures taken from @from's
+ * values @caps, and the capture named @var (NULL: none) as the number @idx,
+ * into @out (@cap bytes).  False when it does not fit.
+ */
+bool us_pattern_format(const struct us_pattern *to, const struct us_pattern *from,
+		       const struct us_capture *caps, const char *var,
+		       unsigned long long idx, char *out, size_t cap);
+
+#endif /* US_RECIPE_PATTERN_H */

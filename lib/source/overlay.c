@@ -1,0 +1,96 @@
+/* overlay.c - --overlay DIR's files as passthrough entries (passthrough.h). */
+#include "passthrough.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "source.h"
+
+/* The top-level entry of @l named @name, or SIZE_MAX. */
+static size_t top_entry(const struct us_pt_list *l, const char *name)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (l->v[i].parent == SIZE_MAX && !strcmp(l->v[i].name, name))
+			return i;
+	return SIZE_MAX;
+}
+
+static enum us_status put(struct us_pt_list *l, const char *path,
+			  const struct stat *st)
+{
+	const char *name = strrchr(path, '/') + 1;
+	size_t i = top_entry(l, name);
+	struct us_pt_entry *e;
+	char *copy = strdup(path);
+
+	if (!copy)
+		return US_E_NOMEM;
+	if (i == SIZE_MAX) {
+		if (l->n == l->cap) {
+			size_t cap = l->cap ? l->cap * 2 : 32;
+			void *p = realloc(l->v, cap * sizeof(*l->v));
+
+			if (!p) {
+				free(copy);
+				return US_E_NOMEM;
+			}
+			l->v = p;
+			l->cap = cap;
+		}
+		i = l->n++;
+	} else if (S_ISDIR(l->v[i].st.st_mode)) {
+		free(copy); /* a SOURCE directory of that name: keep it */
+		return US_OK;
+	} else {
+		free(l->v[i].relpath);
+	}
+	e = &l->v[i];
+	e->relpath = copy;
+	e->name = strrchr(copy, '/') + 1;
+	e->parent = SIZE_MAX;
+	e->st = *st;
+	return US_OK;
+}
+
+enum us_status us_pt_overlay(const char *dir, struct us_pt_list *l,
+			     struct us_err *err)
+{
+	char abs[PATH_MAX], *path;
+	enum us_status rc;
+	char **names;
+	size_t n;
+	int fd;
+
+	if (!realpath(dir, abs) ||
+	    (fd = open(abs, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return us_err_set(err, US_E_USAGE, dir, "--overlay: cannot open "
+				  "the directory: %s", strerror(errno));
+	rc = us_dirlist(fd, &names, &n);
+	if (rc != US_OK) {
+		close(fd);
+		return us_err_set(err, rc, dir, "--overlay: cannot list: %s",
+				  us_status_str(rc));
+	}
+	for (size_t i = 0; rc == US_OK && i < n; i++) {
+		struct stat st;
+
+		if (fstatat(fd, names[i], &st, 0) != 0 || !S_ISREG(st.st_mode))
+			continue;
+		if (asprintf(&path, "%s/%s", strcmp(abs, "/") ? abs : "", names[i]) < 0) {
+			rc = US_E_NOMEM;
+			break;
+		}
+		rc = put(l, path, &st);
+		free(path);
+	}
+	us_dirlist_free(names, n);
+	close(fd);
+	if (rc != US_OK)
+		return us_err_set(err, rc, dir, "--overlay: out of memory");
+	return US_OK;
+}

@@ -1,0 +1,248 @@
+"""Recipes (issue 19, docs/recipes.md): a torchtitan checkpoint mounted with --recipe and
+--overlay serves Hugging Face's names and layouts, lazily.
+
+For each torchtitan 0.3.0 fixture (tests/fixtures/make_torchtitan_fixtures.py): every
+tensor of model.safetensors, pytorch_model.bin and tensors/ equals, byte for byte,
+torchtitan's own state_dict_adapter.to_hf applied to the consolidated state dict (loaded
+here with torch's DCP reader); from_pretrained(mnt) loads every parameter, and its logits
+match the torchtitan model's on the same input, both computed in this test process.
+"""
+import gc
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FIXTURES, mount, parse_header, refuse, run_cli, tensor_bytes
+
+sys.path.insert(0, FIXTURES)
+import make_torchtitan_fixtures as ttf  # noqa: E402
+
+TT = os.path.join(FIXTURES, "torchtitan")
+DOCS = os.path.join(os.path.dirname(FIXTURES), "..", "docs", "recipes")
+NAMES = sorted(ttf.FIXTURES)
+
+
+def ckpt(name):
+    return os.path.join(TT, name, "ckpt", "step-1")
+
+
+def overlay(name):
+    return os.path.join(TT, name, "hf")
+
+
+def recipe_opts(name, recipe=None):
+    return [f"--recipe={recipe or ttf.RECIPE[name]}", f"--overlay={overlay(name)}"]
+
+
+_REF = {}
+
+
+def reference(name):
+    """(torchtitan state dict, to_hf of it): torchtitan's own conversion, computed here."""
+    if name not in _REF:
+        from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "assuming ... a single process"
+            sd = _load_state_dict_from_keys(checkpoint_id=ckpt(name))
+        cfg = ttf.FIXTURES[name][0]()
+        _REF[name] = (sd, ttf.adapter(name, cfg).to_hf(dict(sd)))
+    return _REF[name]
+
+
+def tied(name):
+    with open(os.path.join(overlay(name), "config.json")) as f:
+        return json.load(f).get("tie_word_embeddings", False)
+
+
+def served_names(name, hf):
+    """to_hf drops lm_head.weight of a tied model; the mount links it (one storage in
+    pytorch_model.bin, a hard link in tensors/), and model.safetensors leaves it out."""
+    return set(hf) | ({"lm_head.weight"} if tied(name) else set())
+
+
+def expected(name, hf, key):
+    return hf["model.embed_tokens.weight" if key not in hf else key]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_views_equal_to_hf(name):
+    import torch
+    from safetensors import safe_open
+    _sd, hf = reference(name)
+    with mount(ckpt(name), *recipe_opts(name)) as mnt:
+        st = os.path.join(mnt, "model.safetensors")
+        with safe_open(st, framework="pt") as f:
+            assert set(f.keys()) == set(hf)
+            for k in f.keys():
+                assert tensor_bytes(f.get_tensor(k)) == tensor_bytes(hf[k]), k
+                assert list(f.get_tensor(k).shape) == list(hf[k].shape), k
+        _n, hdr = parse_header(st)
+        if tied(name):
+            assert hdr["__metadata__"]["lm_head.weight"] == "model.embed_tokens.weight"
+        binsd = torch.load(os.path.join(mnt, "pytorch_model.bin"), weights_only=True)
+        assert set(binsd) == served_names(name, hf)
+        for k, v in binsd.items():
+            assert tensor_bytes(v) == tensor_bytes(expected(name, hf, k)), k
+        tdir = os.path.join(mnt, "tensors")
+        assert set(os.listdir(tdir)) == served_names(name, hf)
+        for k in os.listdir(tdir):
+            with open(os.path.join(tdir, k), "rb") as f:
+                assert f.read() == tensor_bytes(expected(name, hf, k)), k
+            shape = os.getxattr(os.path.join(tdir, k), "user.unshardfs.shape").decode()
+            assert shape == ",".join(map(str, expected(name, hf, k).shape)), k
+
+
+def _logits_torchtitan(name, sd, tok):
+    import torch
+    model = ttf.build_model(ttf.FIXTURES[name][0]())
+    model.load_state_dict(sd)
+    model.eval()
+    pos = torch.arange(tok.shape[1]).unsqueeze(0)
+    with torch.no_grad():
+        return model(tok, pos, model.get_attention_masks(pos))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_from_pretrained_matches_torchtitan(name):
+    import torch
+    import transformers
+    sd, _hf = reference(name)
+    tok = torch.tensor([[1, 5, 9, 3, 7, 2, 11, 4, 63, 0]])
+    want = _logits_torchtitan(name, sd, tok)
+    with mount(ckpt(name), *recipe_opts(name)) as mnt:
+        assert os.path.isfile(os.path.join(mnt, "config.json"))
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(
+            mnt, output_loading_info=True, dtype=torch.float32)
+        model.eval()
+        assert not any(info.values()), info  # missing, unexpected, mismatched, errors
+        with torch.no_grad():
+            got = model(tok).logits
+        del model  # its weights map model.safetensors: unmap before unmounting
+        gc.collect()
+    # two implementations of one model in float32: MoE routing and MLA order their sums
+    # differently, so the bound is loose next to float32's 1e-7, tight next to the
+    # logits' size (a wrong permutation or split is off by O(1))
+    assert torch.allclose(got, want, rtol=1e-3, atol=1e-3), (got - want).abs().max()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_auto_picks_the_builtin(name):
+    _sd, hf = reference(name)
+    r = run_cli("inspect", "--json", "--recipe=auto", f"--overlay={overlay(name)}", ckpt(name))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["recipe"] == ttf.RECIPE[name]
+    assert {t["name"] for t in doc["tensors"]} == served_names(name, hf)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_user_recipe_reproduces_builtin(name, tmp_path):
+    """docs/recipes/<builtin>.json, given as a FILE, serves the very same bytes."""
+    user = tmp_path / "mine.json"
+    shutil.copy(os.path.join(DOCS, ttf.RECIPE[name] + ".json"), user)
+    with mount(ckpt(name), *recipe_opts(name)) as a, \
+            mount(ckpt(name), *recipe_opts(name, str(user))) as b:
+        for f in ("model.safetensors", "pytorch_model.bin"):
+            with open(os.path.join(a, f), "rb") as x, open(os.path.join(b, f), "rb") as y:
+                assert x.read() == y.read(), f
+
+
+def test_hint_without_recipe():
+    """Without --recipe the names stay as stored, and one stderr line says which
+    recipe would apply."""
+    r = run_cli("inspect", ckpt("llama3"))
+    assert r.returncode == 0
+    assert "tok_embeddings.weight" in r.stdout
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and "torchtitan-llama3" in lines[0], lines
+    assert lines[0].startswith("unshardfs: note: ")
+
+
+def test_inspect_reports_rules_sources_and_drops():
+    r = run_cli("inspect", "--json", *recipe_opts("qwen3"), ckpt("qwen3"))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    by = {t["name"]: t for t in doc["tensors"]}
+    q = by["model.layers.1.self_attn.q_norm.weight"]
+    assert q["recipe_rule"] == 6 and q["source_names"] == ["layers.1.attention.q_norm.weight"]
+    r = run_cli("inspect", "--json", *recipe_opts("deepseek_v3"), ckpt("deepseek_v3"))
+    doc = json.loads(r.stdout)
+    by = {t["name"]: t for t in doc["tensors"]}
+    e = by["model.layers.1.mlp.experts.3.down_proj.weight"]
+    assert e["source_names"] == ["layers.1.moe.routed_experts.inner_experts.w2_EDF"]
+    assert doc["recipe_dropped"] == []
+    text = run_cli("inspect", *recipe_opts("llama3"), ckpt("llama3")).stdout
+    assert "recipe torchtitan-llama3" in text
+    assert "rule 2 <- layers.0.attention.qkv_linear.wq.weight" in text
+
+
+def test_inspect_lists_dropped(tmp_path):
+    """A rule that drops a tensor is reported: nothing disappears silently."""
+    with open(os.path.join(DOCS, "torchtitan-llama3.json")) as f:
+        rec = json.load(f)
+    rec["rules"] = [r for r in rec["rules"] if r["from"] != "norm.weight"]
+    rec["rules"].append({"from": "norm.weight", "drop": True})
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(rec))
+    r = run_cli("inspect", "--json", f"--recipe={p}", f"--overlay={overlay('llama3')}",
+                ckpt("llama3"))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["recipe_dropped"] == [{"name": "norm.weight", "recipe_rule": len(rec["rules"])}]
+    assert "model.norm.weight" not in {t["name"] for t in doc["tensors"]}
+    text = run_cli("inspect", f"--recipe={p}", f"--overlay={overlay('llama3')}",
+                   ckpt("llama3")).stdout
+    assert "dropped by the recipe: norm.weight (rule" in text
+
+
+def test_recipe_refuses_other_models_checkpoint():
+    path, why = refuse(ckpt("llama3"), "--recipe=torchtitan-deepseek-v3",
+                       f"--overlay={overlay('llama3')}")
+    assert "matches no rule of recipe torchtitan-deepseek-v3" in why
+
+
+def test_rope_permute_needs_head_dim():
+    path, why = refuse(ckpt("llama3"), "--recipe=torchtitan-llama3")
+    assert path == "torchtitan-llama3" and "head_dim" in why and "rule 2" in why
+
+
+def test_overlay_wins_over_source_file(tmp_path):
+    """An --overlay file replaces a SOURCE file of the same name (the user asked for
+    it); other SOURCE files still pass through; the views are never shadowed."""
+    src = tmp_path / "src"
+    shutil.copytree(ckpt("llama3"), src)
+    (src / "config.json").write_text('{"from": "source"}')
+    (src / "notes.txt").write_text("source notes")
+    ov = tmp_path / "ov"
+    shutil.copytree(overlay("llama3"), ov)
+    (ov / "tokenizer_config.json").write_text("{}")
+    (ov / "model.safetensors").write_text("not a view")
+    os.mkdir(ov / "sub")  # only the directory's regular files are added
+    with mount(str(src), "--recipe=torchtitan-llama3", f"--overlay={ov}") as mnt:
+        names = set(os.listdir(mnt))
+        assert {"config.json", "notes.txt", "tokenizer_config.json"} <= names
+        assert "sub" not in names
+        with open(os.path.join(mnt, "config.json")) as f:
+            assert json.load(f)["model_type"] == "llama"
+        with open(os.path.join(mnt, "notes.txt")) as f:
+            assert f.read() == "source notes"
+        with open(os.path.join(mnt, "model.safetensors"), "rb") as f:
+            assert f.read(8) != b"not a vi"
+
+
+def test_overlay_missing_dir_is_usage_error(tmp_path):
+    r = run_cli("inspect", f"--overlay={tmp_path}/nope", ckpt("llama3"))
+    assert r.returncode == 1
+    assert r.stderr.startswith("unshardfs: ") and "--overlay" in r.stderr
+    assert len(r.stderr.splitlines()) == 1
+
+
+def test_dash_o_forms():
+    with mount(ckpt("llama3"), "-o", f"recipe=torchtitan-llama3,overlay={overlay('llama3')}") as mnt:
+        assert "model.layers.0.self_attn.q_proj.weight" in os.listdir(os.path.join(mnt, "tensors"))
+        assert os.path.isfile(os.path.join(mnt, "config.json"))

@@ -1,0 +1,184 @@
+/* test_recipes.c - recipe patterns, parsing and the chunk rewrites
+ * (recipes/recipe.h): every output element must read the source element
+ * the transform names, across chunk boundaries. */
+#include <string.h>
+
+#include "harness.h"
+#include "recipes/layout.h"
+#include "recipes/pattern.h"
+#include "recipes/recipe.h"
+#include "recipes/transform.h"
+
+static void test_patterns(void)
+{
+	struct us_pattern from, to;
+	struct us_capture caps[US_RECIPE_MAX_CAPS];
+	const char *why;
+	char out[128];
+
+	CHECK(us_pattern_compile("layers.{i}.moe.w1", &from, &why));
+	CHECK(us_pattern_compile("model.layers.{i}.mlp.experts.{e}.w", &to, &why));
+	CHECK(us_pattern_match(&from, "layers.12.moe.w1", caps));
+	CHECK(caps[0].len == 2 && !strncmp(caps[0].s, "12", 2));
+	CHECK(!us_pattern_match(&from, "layers..moe.w1", caps));
+	CHECK(!us_pattern_match(&from, "layers.x.moe.w1", caps));
+	CHECK(!us_pattern_match(&from, "layers.1.moe.w1.bias", caps));
+	CHECK(us_pattern_match(&from, "layers.3.moe.w1", caps));
+	CHECK(us_pattern_format(&to, &from, caps, "e", 7, out, sizeof(out)));
+	CHECK(!strcmp(out, "model.layers.3.mlp.experts.7.w"));
+	CHECK(!us_pattern_format(&to, &from, caps, "e", 7, out, 10));
+	us_pattern_free(&from);
+	us_pattern_free(&to);
+	CHECK(!us_pattern_compile("a.{i", &from, &why) && strstr(why, "not closed"));
+	CHECK(!us_pattern_compile("a.{i}{j}", &from, &why));
+	CHECK(!us_pattern_compile("a.{i}1", &from, &why));
+	CHECK(!us_pattern_compile("a.{i}.{i}", &from, &why));
+	CHECK(!us_pattern_compile("", &from, &why));
+	CHECK(!us_pattern_compile("a}", &from, &why));
+}
+
+static void test_builtins_parse(void)
+{
+	for (size_t i = 0; us_recipe_builtin_names[i]; i++) {
+		struct us_recipe *r = NULL;
+		struct us_err err = {0};
+
+		CHECK(us_recipe_load(us_recipe_builtin_names[i], &r, &err) == US_OK);
+		CHECK(r && r->nrules > 10);
+		us_recipe_free(r);
+	}
+}
+
+static enum us_status parse(const char *text, struct us_err *err)
+{
+	struct us_recipe *r = NULL;
+	enum us_status rc = us_recipe_parse(text, strlen(text), "t.json", &r, err);
+
+	us_recipe_free(r);
+	return rc;
+}
+
+static void test_parse_errors(void)
+{
+	struct us_err err = {0};
+
+	CHECK(parse("{\"unshardfs_recipe\":1,\"rules\":[{\"from\":\"a\",\"to\":\"b\"}]}",
+		    &err) == US_OK);
+	CHECK(parse("{\"unshardfs_recipe\":1,\"rules\":[{\"from\":\"a\",\"to\":\"b\"},"
+		    "{\"from\":\"c\",\"to\":\"d\",\"bogus\":1}]}", &err) == US_E_FORMAT);
+	CHECK(strstr(err.msg, "t.json: rule 2: unknown") == err.msg);
+	CHECK(parse("{\"unshardfs_recipe\":1,\"rules\":[{\"from\":\"a.{i}\",\"to\":\"b\"}]}",
+		    &err) == US_E_FORMAT && strstr(err.msg, "'{i}'"));
+	CHECK(parse("{\"unshardfs_recipe\":1,\"rules\":[{\"from\":\"a\",\"to\":\"b\","
+		    "\"permute\":{\"dim\":0,\"order\":[0,2]}}]}", &err) == US_E_FORMAT);
+	CHECK(parse("{\"unshardfs_recipe\":2,\"rules\":[]}", &err) == US_E_FORMAT);
+	CHECK(parse("[", &err) == US_E_FORMAT);
+}
+
+/* A tensor [rows, cols] of F32 stored row-major in one file, in chunks of
+ * @split rows (as FSDP shards dim 0). */
+static struct us_tensor *make(struct us_statedict *sd, uint64_t rows, uint64_t cols,
+			      uint64_t split)
+{
+	uint64_t shape[2] = { rows, cols };
+	uint32_t n = (uint32_t)((rows + split - 1) / split);
+	struct us_tensor *t = us_sd_add_tensor(sd, "t", US_DT_F32, 2, shape, n, "f", NULL);
+
+	for (uint32_t i = 0; t && i < n; i++) {
+		uint64_t r0 = i * split, rn = rows - r0 < split ? rows - r0 : split;
+
+		((uint64_t *)t->chunks[i].offsets)[0] = r0;
+		((uint64_t *)t->chunks[i].sizes)[0] = rn;
+		((uint64_t *)t->chunks[i].sizes)[1] = cols;
+		t->chunks[i].src.offset = r0 * cols * 4;
+	}
+	return t;
+}
+
+/* The source element (row-major index) output element @idx reads. */
+static int64_t source_of(const struct us_layout *l, const uint64_t *idx)
+{
+	for (uint32_t i = 0; i < l->nchunks; i++) {
+		const uint64_t *off = l->v + (size_t)i * 3 * l->ndim;
+		const uint64_t *size = off + l->ndim, *st = off + 2 * l->ndim;
+		uint64_t el = l->src[i].offset / 4;
+		bool in = true;
+
+		for (uint32_t k = 0; k < l->ndim; k++) {
+			in &= idx[k] >= off[k] && idx[k] < off[k] + size[k];
+			el += (idx[k] - off[k]) * st[k];
+		}
+		if (in)
+			return (int64_t)el;
+	}
+	return -1;
+}
+
+static void test_rope_permute(void)
+{
+	struct us_statedict *sd = us_sd_new();
+	struct us_tensor *t = make(sd, 16, 3, 6); /* chunks cut heads apart */
+	struct us_recipe_rule r = { .has_permute = true, .rope = true, .head_dim = 8 };
+	struct us_rule_ref ref = { "t", 1 };
+	struct us_layout l;
+	struct us_err err = {0};
+
+	CHECK(us_rule_layout(&r, ref, t, 0, 0, &l, &err) == US_OK);
+	for (uint64_t h = 0; h < 2; h++)
+		for (uint64_t j = 0; j < 2; j++)
+			for (uint64_t i = 0; i < 4; i++)
+				for (uint64_t c = 0; c < 3; c++) {
+					uint64_t idx[2] = { h * 8 + j * 4 + i, c };
+					int64_t want = (int64_t)((h * 8 + 2 * i + j) * 3 + c);
+
+					CHECK(source_of(&l, idx) == want);
+				}
+	us_layout_free(&l);
+	r.head_dim = 6; /* 16 rows: not a multiple */
+	CHECK(us_rule_layout(&r, ref, t, 0, 0, &l, &err) == US_E_UNSUPPORTED);
+	us_sd_free(sd);
+}
+
+static void test_split_slice_order(void)
+{
+	struct us_statedict *sd = us_sd_new();
+	struct us_tensor *t = make(sd, 6, 4, 4);
+	uint64_t order[4] = { 3, 1, 2, 0 };
+	struct us_recipe_rule r = { .has_split = true, .split_dim = 0,
+		.has_permute = true, .order = order, .norder = 4 };
+	struct us_rule_ref ref = { "t", 1 };
+	struct us_layout l;
+	struct us_err err = {0};
+
+	/* split row 5 (in the second chunk), then reverse-ish its 4 columns */
+	CHECK(us_rule_layout(&r, ref, t, 5, 0, &l, &err) == US_OK);
+	CHECK(l.ndim == 1 && l.shape[0] == 4);
+	for (uint64_t c = 0; c < 4; c++)
+		CHECK(source_of(&l, &c) == (int64_t)(5 * 4 + order[c]));
+	us_layout_free(&l);
+	r = (struct us_recipe_rule){ .has_slice = true, .slice_dim = 0,
+		.slice_start = 2, .slice_stop = 6 };
+	CHECK(us_rule_layout(&r, ref, t, 0, 0, &l, &err) == US_OK);
+	CHECK(l.shape[0] == 4 && l.nchunks == 2);
+	for (uint64_t row = 0; row < 4; row++)
+		for (uint64_t c = 0; c < 4; c++) {
+			uint64_t idx[2] = { row, c };
+
+			CHECK(source_of(&l, idx) == (int64_t)((row + 2) * 4 + c));
+		}
+	us_layout_free(&l);
+	r.slice_stop = 7;
+	CHECK(us_rule_layout(&r, ref, t, 0, 0, &l, &err) == US_E_UNSUPPORTED);
+	CHECK(strstr(err.msg, "rule 1: tensor 't' [6,4]: slice 2:7 is out of range"));
+	us_sd_free(sd);
+}
+
+int main(void)
+{
+	RUN(test_patterns);
+	RUN(test_builtins_parse);
+	RUN(test_parse_errors);
+	RUN(test_rope_permute);
+	RUN(test_split_slice_order);
+	TEST_MAIN_END();
+}
