@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -125,6 +126,15 @@ static enum us_status mount_refusal(const char *path, const char *source,
 			  source, why->msg);
 }
 
+static bool readable(const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) < 0)
+		return false;
+	return access(path, S_ISDIR(st.st_mode) ? R_OK | X_OK : R_OK) == 0;
+}
+
 /* Build the state dict (the daemon's us_source_open, the same options) and
  * check a mount's identity against it. */
 static enum us_status open_sd(struct us_loader *ld, const char *path,
@@ -136,6 +146,12 @@ static enum us_status open_sd(struct us_loader *ld, const char *path,
 	int dirfd;
 
 	us_source_opts_canon(&c->so, ld->options, sizeof(ld->options));
+	/* The daemon may read what this process may not: say that, rather
+	 * than what a reader makes of a directory it cannot list. */
+	if (ld->mounted && !readable(ld->source))
+		return us_err_set(err, US_E_IO, path, "the mount's SOURCE %s is "
+				  "not readable by this process: %s", ld->source,
+				  strerror(errno));
 	if (us_source_open(ld->source, &c->so, &ld->sd, &dirfd, &why) != US_OK)
 		return ld->mounted ? mount_refusal(path, ld->source, &why, err)
 				   : (*err = why, why.status);

@@ -107,11 +107,12 @@ def _pieces(plan, slot_bytes):
             pos += n
 
 
-def _read_staged(ld, plan, device, slot_bytes=SLOT_BYTES, nslots=NSLOTS):
+def _read_staged(ld, plan, device, slot_bytes=None, nslots=None):
     """Another device: the loader fills a ring of host buffers (pinned for CUDA)
     while the previous ones are copied to the device (non_blocking, on a side
     stream); a buffer is refilled only after its copies are done."""
     import torch
+    slot_bytes, nslots = slot_bytes or SLOT_BYTES, nslots or NSLOTS
     cuda = device.type == "cuda"
     outs = [torch.empty(it.shape, dtype=_torch_dtype(it.info.dtype), device=device)
             for it in plan]
@@ -204,14 +205,17 @@ def _tie_groups(model):
     return list(groups.values())
 
 
-def _retie(model, groups):
-    """assign=True made one Parameter per name: make tied names one object again."""
-    for g in groups:
-        first = model.get_parameter(g[0]) if g[0] in dict(model.named_parameters(
-            remove_duplicate=False)) else None
-        if first is None:
-            continue
-        for name in g[1:]:
+def _retie(model, full):
+    """assign=True made one Parameter per name: names that got one tensor (a tie of
+    the model or of the checkpoint) become one Parameter again."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    by_obj = {}
+    for name, t in full.items():
+        if name in params:
+            by_obj.setdefault(id(t), []).append(name)
+    for names in by_obj.values():
+        first = model.get_parameter(names[0])
+        for name in names[1:]:
             mod, _, leaf = name.rpartition(".")
             setattr(model.get_submodule(mod), leaf, first)
 
@@ -259,7 +263,7 @@ def load_into(model, path, strict=True, *, device=None, options=None, threads=0)
     with torch.no_grad():
         res = model.load_state_dict(full, strict=False, assign=meta)
     if meta:
-        _retie(model, groups)
+        _retie(model, full)
     return res._replace(unexpected_keys=unexpected) if hasattr(res, "_replace") else res
 
 
