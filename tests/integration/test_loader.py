@@ -285,3 +285,15 @@ def test_meta_load_into_keeps_the_model_ties():
     for n, t in model.state_dict().items():
         if n in sd:
             assert torch.equal(t, sd[n]), n
+
+
+def test_gpu_check_script_runs_on_the_cpu():
+    """tests/gpu/run.sh's loader check, with --device cpu: the staging ring and every
+    comparison it makes on a GPU machine, run here."""
+    script = os.path.join(REPO, "tests", "gpu", "loader_gpu.py")
+    srcs = [SOURCES["sample"], FIXTURE_PATHS["ties/gpt2_fsdp2"],
+            FIXTURE_PATHS["deepspeed/z2_3rank_bf16"]]
+    r = subprocess.run([sys.executable, script, "check", "--device", "cpu", *srcs],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("ok: ") == len(srcs)
