@@ -31,6 +31,7 @@
 #include "ops.h"
 #include "opts.h"
 #include "pipe.h"
+#include "root_xattr.h"
 #include "source/source.h"
 #include "source_hint.h"
 #include "us_config.h"
@@ -48,6 +49,7 @@ struct mount_state {
 	struct us_view *raw;     /* tensors/: one raw view per tensor, one block */
 	struct us_pt_list pt;
 	struct us_tree tree;
+	struct us_root_xattrs rootx; /* what a loader asks the root */
 };
 
 /* One line for @err, naming SOURCE as given (source_hint.h). */
@@ -80,6 +82,7 @@ static void mount_state_free(struct mount_state *m)
 	if (m->srcfd >= 0)
 		close(m->srcfd);
 	us_assembler_free(m->as);
+	us_root_xattrs_free(&m->rootx);
 	us_sd_free(m->sd);
 }
 
@@ -258,6 +261,11 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 			   strerror(errno ? errno : ENOMEM));
 		return refuse(o, &err);
 	}
+	if (us_root_xattrs_init(&m->rootx, o->source, &so, m->sd) < 0) {
+		us_err_set(&err, US_E_NOMEM, ".", "out of memory");
+		return refuse(o, &err);
+	}
+	m->tree.rootx = &m->rootx;
 	m->tree.ra = us_readahead_new(m->sd); /* NULL: reads go without */
 	m->tree.as = m->as;
 	m->tree.direct_io = o->direct_io;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "assemble/assemble.h"
+#include "root_xattr.h"
 #include "bdi.h"
 #include "init_ext.h"
 #include "io.h"
@@ -422,6 +423,16 @@ static void us_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	struct us_sbuf b;
 	enum us_status rc;
 
+	if (ino == FUSE_ROOT_ID && n) {
+		size_t len = 0;
+		const char *v = us_root_xattr(tree_of(req)->rootx, name, &len);
+
+		if (v)
+			reply_xattr_value(req, v, len, size);
+		else
+			fuse_reply_err(req, ENODATA);
+		return;
+	}
 	if (!n || n->kind != US_NODE_TENSOR) {
 		fuse_reply_err(req, n ? ENODATA : ENOENT);
 		return;
@@ -445,6 +456,9 @@ static void us_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	else if (n->kind == US_NODE_TENSOR)
 		reply_xattr_value(req, us_raw_xattr_list,
 				  us_raw_xattr_list_len, size);
+	else if (ino == FUSE_ROOT_ID && tree_of(req)->rootx)
+		reply_xattr_value(req, us_root_xattr_list,
+				  us_root_xattr_list_len, size);
 	else
 		reply_xattr_value(req, NULL, 0, size);
 }

@@ -1,5 +1,6 @@
 /* opts.c - command-line parsing (no getopt: -o and positionals interleave). */
 #include "opts.h"
+#include "source/canon.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -201,30 +202,12 @@ static int set_format(struct us_opts *o, const char *v)
 	return 0;
 }
 
-/* --dtype as this tool and as torch spell it (torch.bfloat16, "half"). */
+/* --dtype as this tool and as torch spell it (torch.bfloat16, "half"): the
+ * words live in lib (source/canon.h), so the loader takes the same ones. */
 static int set_dtype(struct us_opts *o, const char *v)
 {
-	static const struct {
-		const char *alias;
-		bool cast;
-		enum us_dtype to;
-	} aliases[] = {
-		{"keep", false, US_DT_F32},
-		{"bf16", true, US_DT_BF16}, {"bfloat16", true, US_DT_BF16},
-		{"f16", true, US_DT_F16},   {"fp16", true, US_DT_F16},
-		{"float16", true, US_DT_F16}, {"half", true, US_DT_F16},
-		{"f32", true, US_DT_F32},   {"fp32", true, US_DT_F32},
-		{"float32", true, US_DT_F32}, {"float", true, US_DT_F32},
-	};
-	const char *name = strncmp(v, "torch.", 6) ? v : v + 6;
-
-	for (size_t i = 0; i < sizeof(aliases) / sizeof(*aliases); i++) {
-		if (strcmp(name, aliases[i].alias) != 0)
-			continue;
-		o->cast = aliases[i].cast;
-		o->cast_to = aliases[i].to;
+	if (us_cast_parse(v, &o->cast, &o->cast_to))
 		return 0;
-	}
 	return usage_error("unknown --dtype '%s' (keep, bf16, f16, f32 or "
 			   "torch's bfloat16, float16, float32)", v);
 }
@@ -255,13 +238,8 @@ static int set_ties(struct us_opts *o, const char *v)
 
 static int set_ds_weights(struct us_opts *o, const char *v)
 {
-	static const char *const names[] = {"fp32", "module", NULL};
-	int w = index_of(v, names);
-
-	if (w < 0)
-		return usage_error("unknown --deepspeed-weights '%s'", v);
-	o->ds_weights = w ? US_DS_WEIGHTS_MODULE : US_DS_WEIGHTS_FP32;
-	return 0;
+	return us_ds_weights_parse(v, &o->ds_weights) ? 0
+		: usage_error("unknown --deepspeed-weights '%s'", v);
 }
 
 static int set_direct_io(struct us_opts *o, const char *v)

@@ -28,6 +28,8 @@
 #include "view/readahead.h"
 #include "view/view.h"
 
+struct us_root_xattrs; /* root_xattr.h */
+
 /* The directory of raw tensor views; it shadows a SOURCE entry of that name. */
 #define US_TENSORS_DIR "tensors"
 
@@ -90,6 +92,7 @@ struct us_tree {
 	uint64_t total_inodes;   /* for statfs: the nodes that have a name */
 	struct us_readahead *ra; /* the views' sources read ahead, or NULL */
 	struct us_assembler *as; /* where the views' tensor bytes come from */
+	const struct us_root_xattrs *rootx; /* the root's xattrs, for a loader */
 	bool direct_io;          /* --direct-io=on (ops.c, init_ext.h) */
 	struct us_tree_owner owner; /* -o uid=,gid=,umask= (set after build) */
 };

@@ -4,6 +4,7 @@
 #   2. the Python venv for the integration tests, cached by the hash of
 #      tests/requirements.txt, tests/requirements-nobuild.txt and tests/requirements-nodeps.txt under ${UNSHARDFS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/unshardfs}
 #   3. the meson builds: build/ (debugoptimized) and build-asan/ (ASan + UBSan)
+#   4. `import unshardfs` in the venv (a .pth naming this checkout's lib/python)
 #
 # Execute it (`bash tools/setup.sh`) or source it (`. tools/setup.sh`); sourced, it also
 # exports UNSHARDFS_VENV (the venv's path). Environment knobs:
@@ -131,6 +132,14 @@ elif [[ -f meson.build ]]; then
 else
     log "no meson.build yet: skipping the build"
 fi
+
+# ---------------------------------------------------------------- 4. python package
+# `import unshardfs` in the venv: a .pth naming this checkout's lib/python (nothing is
+# copied or compiled; the package finds build/lib/loader/libunshard.so next to it, or
+# $UNSHARDFS_LIB). The venv is shared by checkouts: the last one set up wins.
+SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+printf '%s\n' "$ROOT/lib/python" > "$SITE/unshardfs.pth"
+log "python: import unshardfs -> $ROOT/lib/python"
 
 log "binary: $ROOT/build/fs/unshardfs"
 echo "UNSHARDFS_VENV=$VENV"

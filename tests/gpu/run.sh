@@ -11,7 +11,10 @@
 #      pytorch_model.bin, --device=cpu vs --device=cuda: the bytes must be equal;
 #   4. benchmark g: tensor-parallel Shard(1) DCP (and, for contrast, Shard(0)) read
 #      as bf16, CPU vs CUDA executor, GB/s each: through `export` (no FUSE), and
-#      through the mount when /dev/fuse works.
+#      through the mount when /dev/fuse works;
+#   5. the loader: unshardfs.load(device="cuda:0") of every fixture equals the CPU
+#      load (checksum on the device, bytes, ties, shard, dtype=), and its GB/s against
+#      safe_open + .to("cuda:0") through the mount (tests/gpu/loader_gpu.py).
 # Prints everything and copies it to ${OUT:-docs}/gpu-results.txt. Takes < 5 minutes.
 # Needs python3 with torch for the benchmark generator (skipped otherwise).
 set -uo pipefail
@@ -135,6 +138,22 @@ if [[ -e /dev/fuse ]] && "$US" -q "$WORK/ckpt1" "$WORK/mnt" 2>/dev/null; then
     done
 else
     echo "mount benchmark skipped: FUSE cannot mount here"
+fi
+
+echo "== 4. the loader (docs/loader.md): load(device=cuda:0) vs the CPU, and vs safe_open + .cuda()"
+if [[ -n "${UNSHARDFS_GPU_PREBUILT:-}" ]]; then
+    export UNSHARDFS_LIB="$UNSHARDFS_GPU_PREBUILT/libunshard.so"
+else
+    export UNSHARDFS_BUILD=build-gpu
+fi
+"$PY" tests/gpu/loader_gpu.py check --device cuda:0 tests/fixtures/{sample,single,noindex} \
+    tests/fixtures/torch/[a-z]* tests/fixtures/deepspeed/[a-z]* tests/fixtures/ties/[a-z]* ||
+    { echo "FAILED: the loader's CUDA tensors differ from its CPU ones"; FAIL=1; }
+if [[ -e /dev/fuse ]]; then
+    "$PY" tests/gpu/loader_gpu.py bench --device cuda:0 "$WORK/ckpt0" ||
+        { echo "FAILED: loader benchmark"; FAIL=1; }
+else
+    echo "loader benchmark skipped: FUSE cannot mount here"
 fi
 
 if ((FAIL)); then

@@ -1,0 +1,23 @@
+/* loader_impl.h - what a struct us_loader holds (private to loader/). */
+#ifndef US_LOADER_IMPL_H
+#define US_LOADER_IMPL_H
+
+#include "assemble/assemble.h"
+#include "source/canon.h"
+#include "unshardfs.h"
+
+struct us_loader {
+	struct us_statedict *sd;
+	struct us_assembler *as; /* one for every thread: it is thread-safe */
+	unsigned threads;
+	bool mounted;
+	char *source;            /* absolute */
+	char options[4096];      /* canonical (canon.h) */
+};
+
+/* Names of the root xattrs a mount answers (fs/root_xattr.c). */
+#define US_XATTR_SOURCE "user.unshardfs.source"
+#define US_XATTR_OPTIONS "user.unshardfs.options"
+#define US_XATTR_IDENTITY "user.unshardfs.identity"
+
+#endif /* US_LOADER_IMPL_H */

@@ -1,0 +1,168 @@
+/*
+ * loader_read.c - many threads reading one batch straight into the
+ * caller's buffers.
+ *
+ * Each thread takes the next piece of the batch (at most PIECE bytes of one
+ * request) and calls us_tensor_read on it through the loader's one
+ * assembler, which is thread-safe (assemble.h: the daemon's FUSE threads do
+ * the same).  Contiguous source runs land in the destination with no copy;
+ * pieces are large so that each is a few big preads.  A batch too small to
+ * share is read by the calling thread alone: no thread is started.
+ */
+#include "loader_impl.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PIECE (8ull << 20)
+
+struct batch {
+	struct us_loader *ld;
+	const struct us_loader_req *reqs;
+	size_t n;
+	pthread_mutex_t lock;
+	size_t next;        /* the request the cursor is in */
+	uint64_t next_off;  /* and how far into it */
+	enum us_status rc;  /* the first failure */
+	size_t failed;      /* its request */
+};
+
+/* The next piece, or false when the batch is done (or failed). */
+static bool take(struct batch *b, size_t *req, uint64_t *off, uint64_t *len)
+{
+	bool got = false;
+
+	pthread_mutex_lock(&b->lock);
+	while (b->rc == US_OK && b->next < b->n &&
+	       b->next_off >= b->reqs[b->next].len) {
+		b->next++;
+		b->next_off = 0;
+	}
+	if (b->rc == US_OK && b->next < b->n) {
+		uint64_t left = b->reqs[b->next].len - b->next_off;
+
+		*req = b->next;
+		*off = b->next_off;
+		*len = left < PIECE ? left : PIECE;
+		b->next_off += *len;
+		got = true;
+	}
+	pthread_mutex_unlock(&b->lock);
+	return got;
+}
+
+static void *worker(void *arg)
+{
+	struct batch *b = arg;
+	size_t i;
+	uint64_t off, len;
+
+	while (take(b, &i, &off, &len)) {
+		const struct us_loader_req *r = &b->reqs[i];
+		const struct us_tensor *t = &b->ld->sd->tensors[r->tensor];
+		enum us_status rc = us_tensor_read(b->ld->as, b->ld->sd, t,
+						   (char *)r->buf + off, len,
+						   r->off + off);
+
+		if (rc != US_OK) {
+			pthread_mutex_lock(&b->lock);
+			if (b->rc == US_OK) {
+				b->rc = rc;
+				b->failed = i;
+			}
+			pthread_mutex_unlock(&b->lock);
+		}
+	}
+	return NULL;
+}
+
+/* Refuse a request outside its tensor before any thread starts. */
+static enum us_status check(const struct us_loader *ld,
+			    const struct us_loader_req *r, struct us_err *err)
+{
+	const struct us_tensor *t;
+
+	if (r->tensor >= ld->sd->ntensors)
+		return us_err_set(err, US_E_USAGE, ".", "no tensor %zu",
+				  r->tensor);
+	t = &ld->sd->tensors[r->tensor];
+	if (r->off > t->nbytes || r->len > t->nbytes - r->off)
+		return us_err_set(err, US_E_USAGE, t->name, "bytes [%llu, +%llu) "
+				  "are outside its %llu bytes",
+				  (unsigned long long)r->off,
+				  (unsigned long long)r->len,
+				  (unsigned long long)t->nbytes);
+	if (r->len && !r->buf)
+		return us_err_set(err, US_E_USAGE, t->name, "no buffer");
+	return US_OK;
+}
+
+static enum us_status failure(const struct batch *b, struct us_err *err)
+{
+	const struct us_tensor *t = &b->ld->sd->tensors[b->reqs[b->failed].tensor];
+
+	return us_err_set(err, b->rc, t->decl_path ? t->decl_path : ".",
+			  "cannot read tensor '%s': %s (a source file failed, "
+			  "or changed since it was opened)", t->name,
+			  us_status_str(b->rc));
+}
+
+enum us_status us_loader_read_many(struct us_loader *ld,
+				   const struct us_loader_req *reqs, size_t n,
+				   struct us_err *err)
+{
+	struct batch b = { .ld = ld, .reqs = reqs, .n = n, .rc = US_OK };
+	pthread_t tid[16];
+	uint64_t total = 0;
+	unsigned nt, started = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		US_TRY(check(ld, &reqs[i], err));
+		total += reqs[i].len;
+	}
+	nt = (unsigned)((total + PIECE - 1) / PIECE);
+	nt = nt < ld->threads ? nt : ld->threads;
+	nt = nt < sizeof(tid) / sizeof(*tid) ? nt : sizeof(tid) / sizeof(*tid);
+	pthread_mutex_init(&b.lock, NULL);
+	/* The caller is a reader too; with no thread started it is the only one. */
+	while (started + 1 < nt &&
+	       pthread_create(&tid[started], NULL, worker, &b) == 0)
+		started++;
+	worker(&b);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(tid[i], NULL);
+	pthread_mutex_destroy(&b.lock);
+	return b.rc == US_OK ? US_OK : failure(&b, err);
+}
+
+enum us_status us_loader_read(struct us_loader *ld, size_t i, uint64_t row0,
+			      uint64_t row1, void *buf, uint64_t cap,
+			      struct us_err *err)
+{
+	const struct us_tensor *t;
+	uint64_t rows, row_bytes;
+	struct us_loader_req r;
+
+	if (i >= ld->sd->ntensors)
+		return us_err_set(err, US_E_USAGE, ".", "no tensor %zu", i);
+	t = &ld->sd->tensors[i];
+	rows = t->ndim ? t->shape[0] : 1;
+	row_bytes = rows ? t->nbytes / rows : 0;
+	if (row0 > row1 || row1 > rows)
+		return us_err_set(err, US_E_USAGE, t->name, "rows [%llu, %llu) "
+				  "are outside its %llu rows",
+				  (unsigned long long)row0,
+				  (unsigned long long)row1,
+				  (unsigned long long)rows);
+	if (rows && t->nbytes % rows && (row0 || row1 != rows))
+		return us_err_set(err, US_E_USAGE, t->name, "rows of %s elements "
+				  "do not fill whole bytes", us_dtype_name(t->dtype));
+	r = (struct us_loader_req){ .tensor = i, .off = row0 * row_bytes,
+				    .len = (row1 - row0) * row_bytes, .buf = buf };
+	if (cap < r.len)
+		return us_err_set(err, US_E_USAGE, t->name, "a buffer of %llu "
+				  "bytes for %llu", (unsigned long long)cap,
+				  (unsigned long long)r.len);
+	return us_loader_read_many(ld, &r, 1, err);
+}

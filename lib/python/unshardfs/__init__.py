@@ -1,0 +1,290 @@
+"""unshardfs: a sharded checkpoint's consolidated state dict, straight into memory.
+
+    import unshardfs
+    sd = unshardfs.load(PATH, device="cuda:0", dtype=None, names=None, shard=None)
+
+PATH is a SOURCE (what `unshardfs SOURCE MNT` would mount) or the root of such a
+mount, which is resolved to its SOURCE and its options. The state dict equals,
+name for name and byte for byte, what the mount serves; tied names are one tensor
+object. See docs/loader.md. torch is imported on first use, so `import unshardfs`
+needs neither torch nor CUDA.
+"""
+import contextlib
+import math
+
+from ._lib import Loader, TensorInfo, UnshardfsError  # noqa: F401
+
+__all__ = ["load", "load_into", "init_empty", "Loader", "UnshardfsError"]
+
+# Staging for devices other than the CPU: a ring of (pinned) host buffers.
+SLOT_BYTES = 64 << 20
+NSLOTS = 4
+_ALIGN = 64
+
+
+def _torch_dtype(name):
+    import torch
+    table = {
+        "BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16,
+        "I32": torch.int32, "I64": torch.int64, "F16": torch.float16,
+        "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64,
+        "C64": torch.complex64,
+    }
+    optional = {"U16": "uint16", "U32": "uint32", "U64": "uint64",
+                "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+                "F8_E8M0": "float8_e8m0fnu", "F8_E4M3FNUZ": "float8_e4m3fnuz",
+                "F8_E5M2FNUZ": "float8_e5m2fnuz"}
+    if name in table:
+        return table[name]
+    if name in optional and hasattr(torch, optional[name]):
+        return getattr(torch, optional[name])
+    raise UnshardfsError(-4, f"dtype {name}: this torch has no such dtype")
+
+
+def _rows(info, shard):
+    """Rows [r0, r1) of dim 0 that rank `shard[0]` of `shard[1]` holds: torch.chunk's
+    split (chunks of ceil(n / world) rows, the last ones shorter or empty). A 0-dim
+    tensor, or no shard, is whole."""
+    n = info.shape[0] if info.shape else 1
+    if shard is None or not info.shape:
+        return 0, n
+    rank, world = shard
+    if not (isinstance(rank, int) and isinstance(world, int) and 0 <= rank < world):
+        raise ValueError(f"unshardfs: shard={shard!r}: want (rank, world), 0 <= rank < world")
+    size = math.ceil(n / world) if n else 0
+    r0 = min(n, rank * size)
+    return r0, min(n, r0 + size)
+
+
+class _Item:
+    """One tensor to read: the canonical of a tie group and the names it goes under."""
+
+    def __init__(self, info, names, shard):
+        self.info = info
+        self.names = names
+        r0, r1 = _rows(info, shard)
+        n = info.shape[0] if info.shape else 1
+        row = info.nbytes // n if n else 0
+        self.off, self.len = r0 * row, (r1 - r0) * row
+        self.shape = ((r1 - r0),) + info.shape[1:] if info.shape else ()
+
+
+def _plan(ld, names, shard):
+    if names is None:
+        wanted = [t.name for t in ld.tensors]
+    else:
+        wanted = list(dict.fromkeys(names))
+        missing = [n for n in wanted if n not in ld.index]
+        if missing:
+            raise KeyError(f"unshardfs: {ld.source}: no tensor named {missing[0]!r}"
+                           + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    groups = {}
+    for name in wanted:
+        groups.setdefault(ld.index[name].tie, []).append(name)
+    return [_Item(ld.tensors[c], ns, shard) for c, ns in sorted(groups.items())]
+
+
+def _read_direct(ld, plan):
+    """Host memory: every tensor allocated, then one batch over the loader's threads."""
+    import torch
+    outs, reqs = [], []
+    for it in plan:
+        t = torch.empty(it.shape, dtype=_torch_dtype(it.info.dtype))
+        outs.append(t)
+        if it.len:
+            reqs.append((it.info.index, it.off, it.len, t.data_ptr()))
+    ld.read_many(reqs)
+    return outs
+
+
+def _pieces(plan, slot_bytes):
+    """(item, source offset, length, destination offset) in slot-sized pieces."""
+    for k, it in enumerate(plan):
+        pos = 0
+        while pos < it.len:
+            n = min(slot_bytes, it.len - pos)
+            yield k, it.off + pos, n, pos
+            pos += n
+
+
+def _read_staged(ld, plan, device, slot_bytes=None, nslots=None):
+    """Another device: the loader fills a ring of host buffers (pinned for CUDA)
+    while the previous ones are copied to the device (non_blocking, on a side
+    stream); a buffer is refilled only after its copies are done."""
+    import torch
+    slot_bytes, nslots = slot_bytes or SLOT_BYTES, nslots or NSLOTS
+    cuda = device.type == "cuda"
+    outs = [torch.empty(it.shape, dtype=_torch_dtype(it.info.dtype), device=device)
+            for it in plan]
+    flats = [t.reshape(-1).view(torch.uint8) if t.numel() else None for t in outs]
+    total = sum(it.len for it in plan)
+    slot_bytes = max(_ALIGN, min(slot_bytes, total + _ALIGN * len(plan)))
+    slots = [torch.empty(slot_bytes, dtype=torch.uint8, pin_memory=cuda)
+             for _ in range(min(nslots, max(1, math.ceil(total / slot_bytes))))]
+    stream = torch.cuda.Stream(device) if cuda else None
+    if cuda:
+        stream.wait_stream(torch.cuda.current_stream(device))
+    done = [None] * len(slots)
+    state = {"k": 0, "used": 0, "fill": []}
+
+    def flush():
+        k, fill = state["k"], state["fill"]
+        if not fill:
+            return
+        buf = slots[k]
+        ld.read_many([(plan[i].info.index, src, n, buf.data_ptr() + at)
+                      for i, src, n, at, _dst in fill])
+        ctx = torch.cuda.stream(stream) if cuda else contextlib.nullcontext()
+        with ctx:
+            for i, _src, n, at, dst in fill:
+                flats[i][dst:dst + n].copy_(buf[at:at + n], non_blocking=cuda)
+            if cuda:
+                done[k] = torch.cuda.Event()
+                done[k].record(stream)
+        state.update(k=(k + 1) % len(slots), used=0, fill=[])
+        if done[state["k"]] is not None:
+            done[state["k"]].synchronize()  # its copies must be done before reuse
+
+    for i, src, n, dst in _pieces(plan, slot_bytes):
+        while n:
+            room = slot_bytes - state["used"]
+            if room <= 0:
+                flush()
+                continue
+            m = min(room, n)
+            state["fill"].append((i, src, m, state["used"], dst))
+            state["used"] += -(-m // _ALIGN) * _ALIGN
+            src, dst, n = src + m, dst + m, n - m
+    flush()
+    if cuda:
+        stream.synchronize()
+    return outs
+
+
+def load(path, device="cpu", dtype=None, names=None, shard=None, *, options=None,
+         threads=0, staged=None):
+    """The state dict of PATH (a SOURCE or an unshardfs mount root) as {name: tensor}.
+
+    device: where the tensors are made ("cpu", "cuda:0", ...). For a device other
+        than the CPU the bytes travel as stored (a bf16 checkpoint crosses PCIe as
+        bf16) through a bounded ring of pinned host buffers.
+    dtype: a torch dtype to cast the floating tensors to, on the device, after the
+        copy (None: as served).
+    names: only these tensors (KeyError for a name the checkpoint does not have).
+    shard: (rank, world): dim 0 of every tensor (of at least one dimension) is split
+        as torch.chunk(t, world)[rank] would split it; 0-dim tensors come whole.
+    options: the mount's checkpoint options, spelled as the command line does
+        (format, no_unwrap, strip_prefix, dtype, ties, deepspeed_weights,
+        cache_size), e.g. {"dtype": "bf16", "strip_prefix": ["model."]}. With a
+        mount root, leave them out (the mount's apply) or give exactly its own.
+    threads: reader threads (0: one per CPU, at most 16).
+    staged: force (True) or skip (False) the staging ring; None: only off the CPU.
+
+    Tied names map to one tensor object, as from_pretrained gives them.
+    """
+    import torch
+    dev = torch.device(device)
+    with Loader(path, options, threads) as ld:
+        plan = _plan(ld, names, shard)
+        use_ring = dev.type != "cpu" if staged is None else staged
+        outs = _read_staged(ld, plan, dev) if use_ring else _read_direct(ld, plan)
+    sd = {}
+    for it, t in zip(plan, outs):
+        if dtype is not None and t.is_floating_point() and t.dtype != dtype:
+            t = t.to(dtype)
+        for name in it.names:
+            sd[name] = t
+    return {name: sd[name] for name in sorted(sd)}
+
+
+def _tie_groups(model):
+    """Names of the model's state dict grouped by the tensor object they share."""
+    groups = {}
+    for name, t in model.state_dict(keep_vars=True).items():
+        groups.setdefault(id(t), []).append(name)
+    return list(groups.values())
+
+
+def _retie(model, full):
+    """assign=True made one Parameter per name: names that got one tensor (a tie of
+    the model or of the checkpoint) become one Parameter again."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    by_obj = {}
+    for name, t in full.items():
+        if name in params:
+            by_obj.setdefault(id(t), []).append(name)
+    for names in by_obj.values():
+        first = model.get_parameter(names[0])
+        for name in names[1:]:
+            mod, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(mod), leaf, first)
+
+
+def load_into(model, path, strict=True, *, device=None, options=None, threads=0):
+    """Fill `model`'s parameters and buffers from PATH (a SOURCE or a mount root).
+
+    A model whose tensors are on the meta device (built under init_empty()) gets
+    the loaded tensors assigned, on `device` (default "cpu"), cast to each
+    parameter's dtype; any other model is copied into in place (device: its own).
+    Names the model ties share one tensor: one of them in the checkpoint is enough,
+    as save_pretrained leaves the others out. strict: missing or unexpected names
+    raise, as load_state_dict does. Returns load_state_dict's (missing, unexpected).
+    """
+    import torch
+    msd = model.state_dict(keep_vars=True)
+    meta = any(t.is_meta for t in msd.values())
+    if device is None:
+        device = "cpu" if meta or not msd else next(iter(msd.values())).device
+    groups = _tie_groups(model)
+    with Loader(path, options) as ld:
+        have = set(ld.index)
+    # Each group is filled from the first of its names the checkpoint has.
+    src_of = {}
+    for g in groups:
+        hit = next((n for n in g if n in have), None)
+        if hit is not None:
+            for n in g:
+                src_of[n] = hit
+    sd = load(path, device=device, names=sorted(set(src_of.values())), options=options,
+              threads=threads)
+    full, cast = {}, {}
+    for n, src in src_of.items():
+        t = sd[src]
+        target = msd[n]
+        if meta and t.is_floating_point() and t.dtype != target.dtype:
+            t = cast.setdefault(id(t), t.to(target.dtype))
+        full[n] = t
+    missing = [n for n in msd if n not in full]
+    unexpected = sorted(have - set(msd))
+    if strict and (missing or unexpected):
+        raise RuntimeError(f"unshardfs.load_into: {path}: missing {missing[:5]}"
+                           f"{'...' if len(missing) > 5 else ''}, unexpected "
+                           f"{unexpected[:5]}{'...' if len(unexpected) > 5 else ''}")
+    with torch.no_grad():
+        res = model.load_state_dict(full, strict=False, assign=meta)
+    if meta:
+        _retie(model, full)
+    return res._replace(unexpected_keys=unexpected) if hasattr(res, "_replace") else res
+
+
+@contextlib.contextmanager
+def init_empty():
+    """Build a model whose parameters are on the meta device (no memory, no init)
+    while its buffers stay real (rotary tables and other non-persistent buffers
+    that no checkpoint holds), ready for load_into."""
+    import torch
+    register = torch.nn.Module.register_parameter
+
+    def on_meta(module, name, param):
+        register(module, name, param)
+        if param is not None:
+            p = module._parameters[name]
+            kw = dict(p.__dict__)
+            kw["requires_grad"] = p.requires_grad
+            module._parameters[name] = type(p)(p.to("meta"), **kw)
+
+    torch.nn.Module.register_parameter = on_meta
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register

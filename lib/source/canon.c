@@ -1,0 +1,227 @@
+/* canon.c - options and file identities between a mount and a loader. */
+#include "canon.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+bool us_cast_parse(const char *v, bool *cast, enum us_dtype *to)
+{
+	static const struct {
+		const char *alias;
+		bool cast;
+		enum us_dtype to;
+	} aliases[] = {
+		{"keep", false, US_DT_F32},
+		{"bf16", true, US_DT_BF16}, {"bfloat16", true, US_DT_BF16},
+		{"f16", true, US_DT_F16},   {"fp16", true, US_DT_F16},
+		{"float16", true, US_DT_F16}, {"half", true, US_DT_F16},
+		{"f32", true, US_DT_F32},   {"fp32", true, US_DT_F32},
+		{"float32", true, US_DT_F32}, {"float", true, US_DT_F32},
+	};
+	const char *name = strncmp(v, "torch.", 6) ? v : v + 6;
+
+	for (size_t i = 0; i < sizeof(aliases) / sizeof(*aliases); i++) {
+		if (strcmp(name, aliases[i].alias) != 0)
+			continue;
+		*cast = aliases[i].cast;
+		*to = aliases[i].to;
+		return true;
+	}
+	return false;
+}
+
+bool us_ds_weights_parse(const char *v, enum us_ds_weights *out)
+{
+	if (!strcmp(v, "fp32"))
+		return *out = US_DS_WEIGHTS_FP32, true;
+	if (!strcmp(v, "module"))
+		return *out = US_DS_WEIGHTS_MODULE, true;
+	return false;
+}
+
+static const char *const ties_names[] = {
+	[US_TIES_AUTO] = "auto", [US_TIES_DECLARED] = "declared",
+	[US_TIES_OFF] = "off", [US_TIES_EQUAL] = "equal",
+};
+
+/* The one spelling of each cast target in the canonical string. */
+static const char *cast_name(const struct us_source_opts *o)
+{
+	if (!o->cast)
+		return "keep";
+	switch (o->cast_to) {
+	case US_DT_BF16: return "bf16";
+	case US_DT_F16: return "f16";
+	default: return "f32";
+	}
+}
+
+static bool needs_escape(unsigned char c)
+{
+	return c == '%' || c == ',' || c == '=' || c < 0x20 || c >= 0x7f;
+}
+
+/* Append to @buf at *@n, counting what does not fit (snprintf style). */
+static void put(char *buf, size_t cap, size_t *n, const char *s, bool escape)
+{
+	for (; *s; s++) {
+		char tmp[4] = { *s, 0 };
+
+		if (escape && needs_escape((unsigned char)*s))
+			snprintf(tmp, sizeof(tmp), "%%%02X", (unsigned char)*s);
+		for (const char *t = tmp; *t; t++, (*n)++)
+			if (*n + 1 < cap)
+				buf[*n] = *t;
+	}
+	if (cap)
+		buf[*n < cap ? *n : cap - 1] = '\0';
+}
+
+static void put_kv(char *buf, size_t cap, size_t *n, const char *k,
+		   const char *v)
+{
+	if (*n)
+		put(buf, cap, n, ",", false);
+	put(buf, cap, n, k, false);
+	put(buf, cap, n, "=", false);
+	put(buf, cap, n, v, true);
+}
+
+size_t us_source_opts_canon(const struct us_source_opts *o, char *buf,
+			    size_t cap)
+{
+	size_t n = 0;
+
+	if (cap)
+		buf[0] = '\0';
+	put_kv(buf, cap, &n, "format", o->format ? o->format : "auto");
+	put_kv(buf, cap, &n, "no-unwrap", o->names.no_unwrap ? "yes" : "no");
+	for (size_t i = 0; i < o->names.nstrip; i++)
+		put_kv(buf, cap, &n, "strip-prefix", o->names.strip_prefix[i]);
+	put_kv(buf, cap, &n, "dtype", cast_name(o));
+	put_kv(buf, cap, &n, "ties", ties_names[o->ties]);
+	put_kv(buf, cap, &n, "deepspeed-weights",
+	       o->ds_weights == US_DS_WEIGHTS_MODULE ? "module" : "fp32");
+	return n;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* Unescape the value [@s, @end) into the store; NULL when malformed. */
+static const char *unescape(struct us_canon_opts *c, size_t *used,
+			    const char *s, const char *end)
+{
+	char *out = c->store + *used;
+
+	for (; s < end; s++) {
+		int hi, lo;
+
+		if (*used + 2 > sizeof(c->store))
+			return NULL;
+		if (*s != '%') {
+			c->store[(*used)++] = *s;
+			continue;
+		}
+		if (end - s < 3 || (hi = hexval(s[1])) < 0 || (lo = hexval(s[2])) < 0)
+			return NULL;
+		c->store[(*used)++] = (char)(hi << 4 | lo);
+		s += 2;
+	}
+	c->store[(*used)++] = '\0';
+	return out;
+}
+
+/* Apply one decoded item: 0, or the status to refuse with. */
+static enum us_status apply(struct us_canon_opts *c, const char *k,
+			    const char *v, struct us_err *err)
+{
+	struct us_source_opts *o = &c->so;
+
+	if (!strcmp(k, "format")) {
+		o->format = v;
+	} else if (!strcmp(k, "no-unwrap")) {
+		if (strcmp(v, "yes") && strcmp(v, "no"))
+			goto bad;
+		o->names.no_unwrap = !strcmp(v, "yes");
+	} else if (!strcmp(k, "strip-prefix")) {
+		if (o->names.nstrip == US_CANON_MAX_STRIP || !*v)
+			goto bad;
+		c->strip[o->names.nstrip++] = v;
+	} else if (!strcmp(k, "dtype")) {
+		if (!us_cast_parse(v, &o->cast, &o->cast_to))
+			goto bad;
+	} else if (!strcmp(k, "ties")) {
+		if (!us_ties_mode_parse(v, &o->ties))
+			goto bad;
+	} else if (!strcmp(k, "deepspeed-weights")) {
+		if (!us_ds_weights_parse(v, &o->ds_weights))
+			goto bad;
+	} else {
+		return us_err_set(err, US_E_UNSUPPORTED, "options", "'%s' is "
+				  "not an option this loader knows (a newer "
+				  "unshardfs mounted it?)", k);
+	}
+	return US_OK;
+bad:
+	return us_err_set(err, US_E_FORMAT, "options", "bad value '%s' for %s",
+			  v, k);
+}
+
+enum us_status us_source_opts_decode(const char *s, struct us_canon_opts *c,
+				     struct us_err *err)
+{
+	size_t used = 0;
+
+	memset(c, 0, sizeof(*c));
+	c->so.ties = US_TIES_AUTO;
+	c->so.names.strip_prefix = c->strip;
+	while (*s) {
+		const char *end = s + strcspn(s, ","), *eq = memchr(s, '=', (size_t)(end - s));
+		const char *k, *v;
+
+		if (!eq || eq == s)
+			return us_err_set(err, US_E_FORMAT, "options", "not "
+					  "NAME=VALUE: '%.*s'", (int)(end - s), s);
+		k = unescape(c, &used, s, eq);
+		v = unescape(c, &used, eq + 1, end);
+		if (!k || !v)
+			return us_err_set(err, US_E_FORMAT, "options",
+					  "malformed or too long: '%.*s'",
+					  (int)(end - s), s);
+		US_TRY(apply(c, k, v, err));
+		s = *end ? end + 1 : end;
+	}
+	return US_OK;
+}
+
+/* FNV-1a: a fingerprint, not a defence (the ctime cannot be set back). */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	for (const unsigned char *b = p; n--; b++)
+		h = (h ^ *b) * 0x100000001b3ull;
+	return h;
+}
+
+void us_sd_identity(const struct us_statedict *sd, char *buf, size_t cap)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (size_t i = 0; i < sd->nfiles; i++) {
+		const struct us_file *f = &sd->files[i];
+		int64_t v[7] = { (int64_t)f->dev, (int64_t)f->ino, (int64_t)f->size,
+				 f->mtime.tv_sec, f->mtime.tv_nsec,
+				 f->ctime.tv_sec, f->ctime.tv_nsec };
+
+		h = fnv(h, f->relpath, strlen(f->relpath) + 1);
+		h = fnv(h, v, sizeof(v));
+	}
+	snprintf(buf, cap, "v1:%zu:%016" PRIx64, sd->nfiles, h);
+}

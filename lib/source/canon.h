@@ -1,0 +1,71 @@
+/*
+ * canon.h - what a mount tells a loader: the checkpoint options as one
+ * canonical string, and the identity of the source files (docs/loader.md).
+ *
+ * The daemon and the loader both build their state dict with
+ * us_source_open(); these functions are the only way options and file
+ * identities travel between them, so the two cannot read SOURCE
+ * differently.  The value parsers (--dtype, --deepspeed-weights) live here
+ * too, so the command line and the loader accept the same words.
+ *
+ * The canonical string names every us_source_opts field that changes
+ * names or bytes, always all of them, always in this order, values in one
+ * spelling; strip-prefix appears once per prefix (none: absent):
+ *
+ *   format=auto,no-unwrap=no,strip-prefix=model.,dtype=keep,ties=auto,
+ *   deepspeed-weights=fp32
+ *
+ * In a value, '%', ',', '=' and bytes below 0x20 or 0x7f and above are
+ * written %XX.  Equal options give equal strings, byte for byte.  A field
+ * added to us_source_opts that changes names or bytes must be added here
+ * (a loader refuses a key it does not know rather than ignore it).
+ */
+#ifndef US_CANON_H
+#define US_CANON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "source.h"
+
+#define US_CANON_MAX_STRIP 16
+
+/* us_cast_parse - --dtype: keep, bf16, f16, f32 or torch's names for them
+ * (bfloat16, float16, half, float32, float; "torch." in front allowed). */
+bool us_cast_parse(const char *v, bool *cast, enum us_dtype *to);
+/* us_ds_weights_parse - --deepspeed-weights: fp32 or module. */
+bool us_ds_weights_parse(const char *v, enum us_ds_weights *out);
+
+/*
+ * us_source_opts_canon - the canonical string of @o in @buf (@cap bytes
+ * with the NUL).  Returns the length it needs without the NUL (as
+ * snprintf: larger than @cap - 1 means it was cut).
+ */
+size_t us_source_opts_canon(const struct us_source_opts *o, char *buf,
+			    size_t cap);
+
+/* Decoded options, with the room their strings point into. */
+struct us_canon_opts {
+	struct us_source_opts so;
+	const char *strip[US_CANON_MAX_STRIP];
+	char store[4096];
+};
+
+/*
+ * us_source_opts_decode - parse the canonical string @s into @out.
+ * US_E_UNSUPPORTED for a key this library does not know (a newer daemon's
+ * option), US_E_FORMAT for anything else that is not canonical; @err names
+ * the item as "options: ...".
+ */
+enum us_status us_source_opts_decode(const char *s, struct us_canon_opts *out,
+				     struct us_err *err);
+
+/*
+ * us_sd_identity - "v1:<nfiles>:<hash>" of the identity recorded for
+ * every file of @sd (relpath, device, inode, size, mtime, ctime: what a
+ * read checks, model.h): equal only when a fresh open of SOURCE finds the
+ * same files unchanged.  @cap >= 40.
+ */
+void us_sd_identity(const struct us_statedict *sd, char *buf, size_t cap);
+
+#endif /* US_CANON_H */

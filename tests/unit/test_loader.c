@@ -1,0 +1,187 @@
+/* test_loader.c - the loader API (lib/loader/unshardfs.h) and canon.h. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "loader/unshardfs.h"
+#include "source/canon.h"
+#include "tmpdir.h"
+
+#define BIG_ROWS 5ull
+#define BIG_COLS (4ull << 20)
+#define BIG (BIG_ROWS * BIG_COLS)
+
+/* a: F32 [40, 3] at 0, b: F32 [2] at 480, m.big: U8 [5, 4 Mi] at 488. */
+static const char *make_source(void)
+{
+	const char *dir = tmpdir_new();
+	char json[512];
+
+	snprintf(json, sizeof(json),
+		 "{\"a\":{\"dtype\":\"F32\",\"shape\":[40,3],\"data_offsets\":[0,480]},"
+		 "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[480,488]},"
+		 "\"m.big\":{\"dtype\":\"U8\",\"shape\":[%llu,%llu],"
+		 "\"data_offsets\":[488,%llu]}}",
+		 BIG_ROWS, BIG_COLS, 488 + BIG);
+	CHECK(tmpdir_write_st(dir, "model.safetensors", json, 488 + BIG) == 0);
+	return dir;
+}
+
+/* Bytes [off, off + len) of the data section are (i & 255). */
+static int data_ok(const unsigned char *p, uint64_t off, uint64_t len)
+{
+	for (uint64_t i = 0; i < len; i++)
+		if (p[i] != ((off + i) & 255))
+			return 0;
+	return 1;
+}
+
+static void test_list_and_read(const char *dir)
+{
+	struct us_loader *ld;
+	struct us_loader_tensor t;
+	struct us_err err = {0};
+	unsigned char buf[480], *big = malloc(BIG);
+	long a;
+
+	CHECK(us_loader_open(dir, NULL, &ld, &err) == US_OK);
+	if (!ld || !big) {
+		free(big);
+		return;
+	}
+	CHECK(!us_loader_mounted(ld));
+	CHECK(us_loader_count(ld) == 3);
+	a = us_loader_find(ld, "a");
+	CHECK(a == 0 && us_loader_find(ld, "zz") == -1);
+	CHECK(us_loader_info(ld, 0, &t, &err) == US_OK);
+	CHECK(!strcmp(t.name, "a") && !strcmp(t.dtype, "F32") && t.ndim == 2 &&
+	      t.shape[0] == 40 && t.shape[1] == 3 && t.nbytes == 480 && t.tie == 0);
+	CHECK(us_loader_info(ld, 3, &t, &err) == US_E_USAGE);
+	CHECK(us_loader_read(ld, 0, 0, 40, buf, sizeof(buf), &err) == US_OK);
+	CHECK(data_ok(buf, 0, 480));
+	/* rows [10, 13): bytes [120, 156) of a */
+	memset(buf, 0, sizeof(buf));
+	CHECK(us_loader_read(ld, 0, 10, 13, buf, 36, &err) == US_OK);
+	CHECK(data_ok(buf, 120, 36));
+	CHECK(us_loader_read(ld, 0, 10, 13, buf, 35, &err) == US_E_USAGE);
+	CHECK(us_loader_read(ld, 0, 3, 41, buf, sizeof(buf), &err) == US_E_USAGE);
+	CHECK(strstr(err.msg, "a: rows [3, 41)") == err.msg);
+	/* the big one, split over the threads, in one batch with b */
+	{
+		struct us_loader_req r[2] = {
+			{ .tensor = 2, .off = 0, .len = BIG, .buf = big },
+			{ .tensor = 1, .off = 0, .len = 8, .buf = buf },
+		};
+
+		CHECK(us_loader_read_many(ld, r, 2, &err) == US_OK);
+		CHECK(data_ok(big, 488, BIG) && data_ok(buf, 480, 8));
+		r[1].len = 9;
+		CHECK(us_loader_read_many(ld, r, 2, &err) == US_E_USAGE);
+	}
+	/* rank 1 of 5 of m.big */
+	CHECK(us_loader_read(ld, 2, 1, 2, big, BIG, &err) == US_OK);
+	CHECK(data_ok(big, 488 + BIG_COLS, BIG_COLS));
+	us_loader_close(ld);
+	free(big);
+}
+
+static void test_options(const char *dir)
+{
+	const char *strip[] = { "m." };
+	struct us_loader_opts o = { .dtype = "bf16", .strip_prefix = strip,
+				    .nstrip = 1, .threads = 2 };
+	struct us_loader *ld;
+	struct us_loader_tensor t;
+	struct us_err err = {0};
+
+	CHECK(us_loader_open(dir, &o, &ld, &err) == US_OK);
+	if (!ld)
+		return;
+	CHECK(us_loader_find(ld, "big") >= 0);
+	CHECK(us_loader_info(ld, (size_t)us_loader_find(ld, "a"), &t, &err) == US_OK);
+	CHECK(!strcmp(t.dtype, "BF16") && t.nbytes == 240);
+	CHECK(!strcmp(us_loader_options(ld), "format=auto,no-unwrap=no,"
+		      "strip-prefix=m.,dtype=bf16,ties=auto,deepspeed-weights=fp32"));
+	us_loader_close(ld);
+	o.dtype = "f8";
+	CHECK(us_loader_open(dir, &o, &ld, &err) == US_E_USAGE && !ld);
+	CHECK(strstr(err.msg, "unknown dtype 'f8'") != NULL);
+	o = (struct us_loader_opts){ .format = "dcp" };
+	CHECK(us_loader_open(dir, &o, &ld, &err) != US_OK && !ld);
+	CHECK(us_loader_open("/nonexistent/x", NULL, &ld, &err) == US_E_IO);
+}
+
+static void test_canon(void)
+{
+	const char *strip[] = { "a,b=%c", "x." };
+	struct us_source_opts so = { .format = "dcp", .names = { .no_unwrap = true,
+		.strip_prefix = strip, .nstrip = 2 }, .ties = US_TIES_OFF,
+		.cast = true, .cast_to = US_DT_F16, .ds_weights = US_DS_WEIGHTS_MODULE };
+	struct us_canon_opts c;
+	struct us_err err = {0};
+	char a[512], b[512];
+
+	CHECK(us_source_opts_canon(&so, a, sizeof(a)) == strlen(a));
+	CHECK(!strcmp(a, "format=dcp,no-unwrap=yes,strip-prefix=a%2Cb%3D%25c,"
+		      "strip-prefix=x.,dtype=f16,ties=off,deepspeed-weights=module"));
+	CHECK(us_source_opts_decode(a, &c, &err) == US_OK);
+	CHECK(c.so.names.nstrip == 2 && !strcmp(c.strip[0], "a,b=%c"));
+	us_source_opts_canon(&c.so, b, sizeof(b));
+	CHECK(!strcmp(a, b));
+	CHECK(us_source_opts_canon(&so, a, 10) > 9 && strlen(a) == 9);
+	CHECK(us_source_opts_decode("format=auto,recipe=llama", &c, &err) ==
+	      US_E_UNSUPPORTED);
+	CHECK(strstr(err.msg, "'recipe'") != NULL);
+	CHECK(us_source_opts_decode("dtype=f8", &c, &err) == US_E_FORMAT);
+	CHECK(us_source_opts_decode("format", &c, &err) == US_E_FORMAT);
+	CHECK(us_source_opts_decode("format=%4", &c, &err) == US_E_FORMAT);
+	CHECK(us_source_opts_decode("", &c, &err) == US_OK);
+}
+
+static void test_identity(const char *dir)
+{
+	struct us_source_opts so = { .ties = US_TIES_AUTO };
+	struct us_statedict *sd;
+	struct us_err err = {0};
+	char before[64], after[64], path[4200];
+	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, { 12345, 0 } };
+	int dirfd;
+
+	CHECK(us_source_open(dir, &so, &sd, &dirfd, &err) == US_OK);
+	if (!sd)
+		return;
+	us_sd_identity(sd, before, sizeof(before));
+	CHECK(!strncmp(before, "v1:1:", 5));
+	us_sd_free(sd);
+	close(dirfd);
+	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+	CHECK(utimensat(AT_FDCWD, path, ts, 0) == 0);
+	CHECK(us_source_open(dir, &so, &sd, &dirfd, &err) == US_OK);
+	if (!sd)
+		return;
+	us_sd_identity(sd, after, sizeof(after));
+	CHECK(strcmp(before, after) != 0);
+	us_sd_free(sd);
+	close(dirfd);
+}
+
+int main(void)
+{
+	const char *dir = make_source();
+	char keep[4096];
+
+	snprintf(keep, sizeof(keep), "%s", dir);
+	RUN(test_canon);
+	test_list_and_read(keep);
+	fprintf(stderr, "ran test_list_and_read\n");
+	test_options(keep);
+	fprintf(stderr, "ran test_options\n");
+	test_identity(keep);
+	fprintf(stderr, "ran test_identity\n");
+	tmpdir_rm(keep);
+	TEST_MAIN_END();
+}
