@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "recipes/recipe.h"
 #include "source/canon.h"
 
 #define X_SOURCE "user.unshardfs.source"
@@ -14,20 +15,47 @@
 const char us_root_xattr_list[] = X_SOURCE "\0" X_OPTIONS "\0" X_IDENTITY;
 const size_t us_root_xattr_list_len = sizeof(us_root_xattr_list);
 
+/* @spec as the loader must see it: a recipe file or overlay directory
+ * absolute (the loader runs in another directory), a built-in name as is.
+ * NULL when unset; *@fail when a path cannot be resolved. */
+static char *absolute(const char *spec, bool maybe_builtin, bool *fail)
+{
+	char *p;
+
+	if (!spec)
+		return NULL;
+	if (maybe_builtin && (!strcmp(spec, "auto") || us_recipe_builtin_text(spec)))
+		p = strdup(spec);
+	else
+		p = realpath(spec, NULL);
+	*fail |= !p;
+	return p;
+}
+
 int us_root_xattrs_init(struct us_root_xattrs *x, const char *source,
 			const struct us_source_opts *so,
 			const struct us_statedict *sd)
 {
-	size_t n = us_source_opts_canon(so, NULL, 0);
+	struct us_source_opts abs = *so;
+	bool fail = false;
+	char *recipe = absolute(so->recipe, true, &fail);
+	char *overlay = absolute(so->overlay, false, &fail);
+	size_t n;
 
+	abs.recipe = recipe;
+	abs.overlay = overlay;
+	n = us_source_opts_canon(&abs, NULL, 0);
 	memset(x, 0, sizeof(*x));
 	x->source = realpath(source, NULL); /* the loader may run elsewhere */
 	x->options = malloc(n + 1);
-	if (!x->source || !x->options) {
+	if (!fail && x->source && x->options)
+		us_source_opts_canon(&abs, x->options, n + 1);
+	free(recipe);
+	free(overlay);
+	if (fail || !x->source || !x->options) {
 		us_root_xattrs_free(x);
 		return -1;
 	}
-	us_source_opts_canon(so, x->options, n + 1);
 	us_sd_identity(sd, x->identity, sizeof(x->identity));
 	return 0;
 }

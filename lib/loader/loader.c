@@ -24,6 +24,8 @@ static enum us_status opts_from_user(const struct us_loader_opts *lo,
 	if (!lo)
 		return US_OK;
 	c->so.format = lo->format;
+	c->so.recipe = lo->recipe;
+	c->so.overlay = lo->overlay;
 	c->so.names.no_unwrap = lo->no_unwrap;
 	if (lo->nstrip > US_CANON_MAX_STRIP)
 		return us_err_set(err, US_E_USAGE, "options", "more than %d "
@@ -52,7 +54,8 @@ static enum us_status opts_from_user(const struct us_loader_opts *lo,
 static bool opts_given(const struct us_loader_opts *lo)
 {
 	return lo && (lo->format || lo->no_unwrap || lo->nstrip || lo->dtype ||
-		      lo->ties || lo->deepspeed_weights);
+		      lo->ties || lo->deepspeed_weights || lo->recipe ||
+		      lo->overlay);
 }
 
 /* The value of xattr @name of @path, malloc'ed and NUL-terminated, or NULL

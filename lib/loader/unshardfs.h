@@ -50,6 +50,9 @@ struct us_loader_opts {
 	unsigned threads;              /* readers per call; 0: one per CPU,
 					* at most 16 */
 	uint64_t cache_size;           /* --cache-size; 0: the default */
+	const char *recipe;            /* --recipe: NULL, auto, a built-in
+					* name or a recipe file */
+	const char *overlay;           /* --overlay DIR (its config.json) */
 };
 
 /*

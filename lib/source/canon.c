@@ -103,6 +103,13 @@ size_t us_source_opts_canon(const struct us_source_opts *o, char *buf,
 	put_kv(buf, cap, &n, "ties", ties_names[o->ties]);
 	put_kv(buf, cap, &n, "deepspeed-weights",
 	       o->ds_weights == US_DS_WEIGHTS_MODULE ? "module" : "fp32");
+	/* Only when given, so a mount without them says what it always did.
+	 * Both change names or bytes (the overlay's config.json feeds recipes
+	 * and tie evidence); the daemon records them as absolute paths. */
+	if (o->recipe)
+		put_kv(buf, cap, &n, "recipe", o->recipe);
+	if (o->overlay)
+		put_kv(buf, cap, &n, "overlay", o->overlay);
 	return n;
 }
 
@@ -164,6 +171,14 @@ static enum us_status apply(struct us_canon_opts *c, const char *k,
 	} else if (!strcmp(k, "deepspeed-weights")) {
 		if (!us_ds_weights_parse(v, &o->ds_weights))
 			goto bad;
+	} else if (!strcmp(k, "recipe")) {
+		if (!*v)
+			goto bad;
+		o->recipe = v;
+	} else if (!strcmp(k, "overlay")) {
+		if (*v != '/')
+			goto bad; /* the daemon records it absolute */
+		o->overlay = v;
 	} else {
 		return us_err_set(err, US_E_UNSUPPORTED, "options", "'%s' is "
 				  "not an option this loader knows (a newer "

@@ -297,3 +297,26 @@ def test_gpu_check_script_runs_on_the_cpu():
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("ok: ") == len(srcs)
+
+
+TT = os.path.join(FIXTURES, "torchtitan")
+RECIPES = {"llama3": "torchtitan-llama3", "llama3_tied": "torchtitan-llama3",
+           "qwen3": "torchtitan-qwen3", "deepseek_v3": "torchtitan-deepseek-v3"}
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_recipe_mount_loads_as_served(name, monkeypatch):
+    """A mount with --recipe and --overlay (both change names and bytes) tells the
+    loader both, the overlay as an absolute path though it was given relative."""
+    src = os.path.join(TT, name, "ckpt", "step-1")
+    monkeypatch.chdir(os.path.join(TT, name))
+    opts = {"recipe": RECIPES[name], "overlay": os.path.join(TT, name, "hf")}
+    with mount(src, f"--recipe={RECIPES[name]}", "--overlay=hf") as mnt:
+        want, ino = served(mnt)
+        with unshardfs.Loader(mnt) as ld:
+            assert f"recipe={RECIPES[name]}" in ld.options
+            assert "overlay=" + opts["overlay"] in ld.options
+        assert_same(unshardfs.load(mnt), want, ino, dtypes_of(mnt))
+        assert_same(unshardfs.load(src, options=opts), want, ino, dtypes_of(src, opts))
+        with pytest.raises(unshardfs.UnshardfsError):
+            unshardfs.load(mnt, options={"recipe": RECIPES[name]})  # no overlay

@@ -32,7 +32,8 @@ class Opts(ctypes.Structure):
                 ("strip_prefix", ctypes.POINTER(ctypes.c_char_p)),
                 ("nstrip", ctypes.c_size_t), ("dtype", ctypes.c_char_p),
                 ("ties", ctypes.c_char_p), ("deepspeed_weights", ctypes.c_char_p),
-                ("threads", ctypes.c_uint), ("cache_size", ctypes.c_uint64)]
+                ("threads", ctypes.c_uint), ("cache_size", ctypes.c_uint64),
+                ("recipe", ctypes.c_char_p), ("overlay", ctypes.c_char_p)]
 
 
 class _Tensor(ctypes.Structure):
@@ -131,7 +132,7 @@ class Loader:
     def __init__(self, path, options=None, threads=0):
         o = options or {}
         unknown = set(o) - {"format", "no_unwrap", "strip_prefix", "dtype", "ties",
-                            "deepspeed_weights", "cache_size"}
+                            "deepspeed_weights", "cache_size", "recipe", "overlay"}
         if unknown:
             raise TypeError(f"unshardfs: unknown options {sorted(unknown)}")
         strips = o.get("strip_prefix") or ()
@@ -146,7 +147,8 @@ class Loader:
         opts = Opts(format=s("format"), no_unwrap=bool(o.get("no_unwrap")),
                     strip_prefix=self._strips, nstrip=len(strips), dtype=s("dtype"),
                     ties=s("ties"), deepspeed_weights=s("deepspeed_weights"),
-                    threads=threads, cache_size=int(o.get("cache_size") or 0))
+                    threads=threads, cache_size=int(o.get("cache_size") or 0),
+                    recipe=s("recipe"), overlay=s("overlay"))
         self._lib = lib()
         self._h = ctypes.c_void_p()
         err = _Err()
