@@ -1354,7 +1354,7 @@ def uc_latest_names_missing(root):
 # rule, or the tensor no rule matches (in the file that declared it).
 
 TT_LLAMA = "torchtitan/llama3"
-LLAMA_RECIPE = os.path.join(REPO, "docs", "recipes", "torchtitan-llama3.json")
+LLAMA_RECIPE = os.path.join(REPO, "lib", "recipes", "builtin", "torchtitan-llama3.json")
 
 
 def recipe_case(root, edit, why, path=None):

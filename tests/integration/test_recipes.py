@@ -22,7 +22,7 @@ sys.path.insert(0, FIXTURES)
 import make_torchtitan_fixtures as ttf  # noqa: E402
 
 TT = os.path.join(FIXTURES, "torchtitan")
-DOCS = os.path.join(os.path.dirname(FIXTURES), "..", "docs", "recipes")
+DOCS = os.path.join(os.path.dirname(FIXTURES), "..", "lib", "recipes", "builtin")
 NAMES = sorted(ttf.FIXTURES)
 
 
@@ -142,7 +142,7 @@ def test_auto_picks_the_builtin(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_user_recipe_reproduces_builtin(name, tmp_path):
-    """docs/recipes/<builtin>.json, given as a FILE, serves the very same bytes."""
+    """lib/recipes/builtin/<builtin>.json, given as a FILE, serves the very same bytes."""
     user = tmp_path / "mine.json"
     shutil.copy(os.path.join(DOCS, ttf.RECIPE[name] + ".json"), user)
     with mount(ckpt(name), *recipe_opts(name)) as a, \

@@ -133,9 +133,18 @@ static void test_canon(void)
 	us_source_opts_canon(&c.so, b, sizeof(b));
 	CHECK(!strcmp(a, b));
 	CHECK(us_source_opts_canon(&so, a, 10) > 9 && strlen(a) == 9);
-	CHECK(us_source_opts_decode("format=auto,recipe=llama", &c, &err) ==
+	CHECK(us_source_opts_decode("format=auto,unknown-knob=1", &c, &err) ==
 	      US_E_UNSUPPORTED);
-	CHECK(strstr(err.msg, "'recipe'") != NULL);
+	CHECK(strstr(err.msg, "'unknown-knob'") != NULL);
+	/* recipe and overlay only when given; the overlay is absolute */
+	so.recipe = "torchtitan-llama3";
+	so.overlay = "/ckpt/hf";
+	us_source_opts_canon(&so, a, sizeof(a));
+	CHECK(strstr(a, ",recipe=torchtitan-llama3,overlay=/ckpt/hf") != NULL);
+	CHECK(us_source_opts_decode(a, &c, &err) == US_OK &&
+	      !strcmp(c.so.recipe, "torchtitan-llama3") &&
+	      !strcmp(c.so.overlay, "/ckpt/hf"));
+	CHECK(us_source_opts_decode("overlay=hf", &c, &err) == US_E_FORMAT);
 	CHECK(us_source_opts_decode("dtype=f8", &c, &err) == US_E_FORMAT);
 	CHECK(us_source_opts_decode("format", &c, &err) == US_E_FORMAT);
 	CHECK(us_source_opts_decode("format=%4", &c, &err) == US_E_FORMAT);
