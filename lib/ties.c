@@ -171,15 +171,15 @@ static void report_end(const struct confirmer *p)
 	fputc('\n', stderr);
 }
 
-static int read_block(struct confirmer *p, const struct us_tensor *t,
-		      unsigned char *buf, uint64_t len, uint64_t off)
+static enum us_status read_block(struct confirmer *p,
+				 const struct us_tensor *t, unsigned char *buf,
+				 uint64_t len, uint64_t off)
 {
 	enum us_status rc = us_tensor_read(p->as, p->sd, t, buf, len, off);
 
 	p->bytes += len;
 	report(p);
-	/* this file's negative errno, for its message (us_ties_detect) */
-	return rc == US_OK ? 0 : rc == US_E_NOMEM ? -12 : -5; /* -ENOMEM, -EIO */
+	return rc;
 }
 
 /* Every element of @buf (@len bytes) equals the element @first. */
@@ -192,21 +192,21 @@ static bool all_equal(const unsigned char *buf, uint64_t len,
 	return true;
 }
 
-/* 1: same bytes; 0: differ; <0: read error. */
-static int same_bytes(struct confirmer *p, const struct us_tensor *x,
-		      const struct us_tensor *y)
+/* *@same: whether @x and @y hold the same bytes. */
+static enum us_status same_bytes(struct confirmer *p, const struct us_tensor *x,
+				 const struct us_tensor *y, bool *same)
 {
+	*same = false;
 	for (uint64_t off = 0; off < x->nbytes; off += PROOF_BUF) {
 		uint64_t n = x->nbytes - off < PROOF_BUF ? x->nbytes - off : PROOF_BUF;
-		int rc;
 
-		if ((rc = read_block(p, x, p->a, n, off)) < 0 ||
-		    (rc = read_block(p, y, p->b, n, off)) < 0)
-			return rc;
+		US_TRY(read_block(p, x, p->a, n, off));
+		US_TRY(read_block(p, y, p->b, n, off));
 		if (memcmp(p->a, p->b, n) != 0)
-			return 0;
+			return US_OK;
 	}
-	return 1;
+	*same = true;
+	return US_OK;
 }
 
 struct cand {
@@ -233,45 +233,43 @@ static int cmp_cand(const void *x, const void *y)
  * confirming it would cost a full read at mount.  Small tensors are
  * checked whole.
  */
-static int prefix_hash(struct confirmer *p, const struct us_tensor *t, uint64_t *h)
+static enum us_status prefix_hash(struct confirmer *p,
+				  const struct us_tensor *t, uint64_t *h)
 {
 	uint64_t n = t->nbytes < PREFIX ? t->nbytes : PREFIX, v = 1469598103934665603ull;
 	unsigned isz = us_dtype_bits(t->dtype) / 8;
-	int rc;
 
-	if ((rc = read_block(p, t, p->b, n, 0)) < 0)
-		return rc;
+	US_TRY(read_block(p, t, p->b, n, 0));
 	if (all_equal(p->b, n, p->b, isz)) {
 		*h = 0;
-		return 0;
+		return US_OK;
 	}
 	for (uint64_t i = 0; i < n; i++)
 		v = (v ^ p->b[i]) * 1099511628211ull;
 	*h = v | 1;
-	return 0;
+	return US_OK;
 }
 
 /* Within candidates of one kind and hash: set each one's byte class (the
  * first earlier candidate with the same bytes, else itself). */
-static int classify_bucket(struct confirmer *p, struct cand *c, size_t from,
-			   size_t n)
+static enum us_status classify_bucket(struct confirmer *p, struct cand *c,
+				      size_t from, size_t n)
 {
 	for (size_t i = from; i < from + n; i++) {
 		c[i].cls = i;
 		for (size_t j = from; j < i; j++) {
-			int rc;
+			bool same;
 
 			if (c[j].cls != j)
 				continue; /* compare with class firsts only */
-			if ((rc = same_bytes(p, c[j].t, c[i].t)) < 0)
-				return rc;
-			if (rc == 1) {
+			US_TRY(same_bytes(p, c[j].t, c[i].t, &same));
+			if (same) {
 				c[i].cls = j;
 				break;
 			}
 		}
 	}
-	return 0;
+	return US_OK;
 }
 
 static bool named(const struct confirmer *p, const struct us_tensor *t)
@@ -335,14 +333,14 @@ static size_t class_members(const struct cand *c, size_t n, size_t i,
 }
 
 /* Link the classes of the classified candidates @c[0..n). */
-static int link_classes(struct confirmer *p, struct us_statedict *sd,
-			struct cand *c, size_t n)
+static enum us_status link_classes(struct confirmer *p, struct us_statedict *sd,
+				   struct cand *c, size_t n)
 {
 	struct us_tensor **m = malloc((n ? n : 1) * sizeof(*m));
 	size_t nclasses = 0;
 
 	if (!m)
-		return -12; /* -ENOMEM */
+		return US_E_NOMEM;
 	for (size_t i = 0; i < n; i++)
 		nclasses += class_members(c, n, i, m) >= 2;
 	for (size_t i = 0; i < n; i++) {
@@ -352,7 +350,7 @@ static int link_classes(struct confirmer *p, struct us_statedict *sd,
 			link_class(p, sd, m, k, nclasses == 1);
 	}
 	free(m);
-	return 0;
+	return US_OK;
 }
 
 /*
@@ -365,52 +363,53 @@ static bool worth_reading(const struct confirmer *p, struct us_tensor **run)
 	return p->mode == US_TIES_EQUAL || vocab_kind(p, run[0]);
 }
 
-static int confirm_run(struct confirmer *p, struct us_statedict *sd,
-		     struct us_tensor **run, size_t n)
+static enum us_status confirm_run(struct confirmer *p, struct us_statedict *sd,
+				  struct us_tensor **run, size_t n)
 {
+	enum us_status rc = US_OK;
 	struct cand *c;
 	size_t m = 0;
-	int rc = 0;
 
 	if (!worth_reading(p, run))
-		return 0;
+		return US_OK;
 	if (!(c = calloc(n, sizeof(*c))))
-		return -12; /* -ENOMEM */
-	for (size_t i = 0; i < n && rc == 0; i++) {
+		return US_E_NOMEM;
+	for (size_t i = 0; i < n && rc == US_OK; i++) {
 		if (run[i]->tie_of)
 			continue; /* already in a declared group */
 		c[m].t = run[i];
 		rc = prefix_hash(p, run[i], &c[m].hash);
-		if (rc == 0 && c[m].hash)
+		if (rc == US_OK && c[m].hash)
 			m++;
 	}
 	qsort(c, m, sizeof(*c), cmp_cand);
-	for (size_t i = 0, j; rc == 0 && i < m; i = j) {
+	for (size_t i = 0, j; rc == US_OK && i < m; i = j) {
 		for (j = i + 1; j < m && c[j].hash == c[i].hash; j++)
 			;
 		rc = classify_bucket(p, c, i, j - i);
 	}
-	if (rc == 0)
+	if (rc == US_OK)
 		rc = link_classes(p, sd, c, m);
 	free(c);
 	return rc;
 }
 
-static int link_evidenced(struct us_statedict *sd, struct us_tensor **v,
-			  enum us_ties_mode mode, const struct us_tie_evidence *ev,
-			  bool progress)
+static enum us_status link_evidenced(struct us_statedict *sd,
+				     struct us_tensor **v, enum us_ties_mode mode,
+				     const struct us_tie_evidence *ev,
+				     bool progress)
 {
 	struct confirmer p = { .sd = sd, .ev = ev, .mode = mode,
 			    .progress = progress, .start = time(NULL) };
+	enum us_status rc = US_OK;
 	size_t n = sd->ntensors;
-	int rc = 0;
 
 	p.a = malloc(PROOF_BUF);
 	p.b = malloc(PROOF_BUF);
 	if (!p.a || !p.b || us_assembler_new(NULL, &p.as, NULL) != US_OK)
-		rc = -12;
+		rc = US_E_NOMEM;
 	qsort(v, n, sizeof(*v), cmp_kind_order);
-	for (size_t i = 0, j; rc == 0 && i < n; i = j) {
+	for (size_t i = 0, j; rc == US_OK && i < n; i = j) {
 		for (j = i + 1; j < n && cmp_kind(v[i], v[j]) == 0; j++)
 			;
 		if (j - i > 1 && v[i]->nbytes && us_dtype_bits(v[i]->dtype) % 8 == 0)
@@ -436,15 +435,16 @@ static void count_links(struct us_statedict *sd)
 }
 
 /* The evidence of a format that saves every name, linked where the bytes
- * confirm it.  <0: a negative errno. */
-static int link_copies(struct us_statedict *sd, struct us_tensor **v,
-		       enum us_ties_mode mode, int dirfd, bool progress)
+ * confirm it. */
+static enum us_status link_copies(struct us_statedict *sd, struct us_tensor **v,
+				  enum us_ties_mode mode, int dirfd,
+				  bool progress)
 {
 	struct us_tie_evidence ev;
-	int rc;
+	enum us_status rc;
 
 	if (us_tie_evidence_gather(sd, dirfd, &ev) != US_OK)
-		return -12; /* -ENOMEM */
+		return US_E_NOMEM;
 	rc = link_evidenced(sd, v, mode, &ev, progress);
 	us_tie_evidence_free(&ev);
 	return rc;
@@ -453,8 +453,8 @@ static int link_copies(struct us_statedict *sd, struct us_tensor **v,
 enum us_status us_ties_detect(struct us_statedict *sd, enum us_ties_mode mode,
 			      int dirfd, bool progress, struct us_err *err)
 {
+	enum us_status rc = US_OK;
 	struct us_tensor **v;
-	int rc = 0;
 
 	if (mode == US_TIES_OFF || sd->ntensors < 2)
 		return US_OK;
@@ -471,9 +471,10 @@ enum us_status us_ties_detect(struct us_statedict *sd, enum us_ties_mode mode,
 #ifndef NDEBUG
 	us_sd_assert_ok(sd); /* tie groups consistent (model.h) */
 #endif
-	if (rc < 0)
-		return us_err_set(err, rc == -12 ? US_E_NOMEM : US_E_IO, ".",
+	if (rc != US_OK)
+		return us_err_set(err, rc == US_E_NOMEM ? US_E_NOMEM : US_E_IO, ".",
 				  "cannot read tensors while confirming ties: %s",
-				  strerror(-rc));
+				  rc == US_E_NOMEM ? "Cannot allocate memory"
+						   : "Input/output error");
 	return US_OK;
 }
