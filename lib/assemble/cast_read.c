@@ -32,7 +32,7 @@ static bool on_device(const struct us_assembler *as)
 static void convert(const struct us_assembler *as, enum us_dtype from,
 		    enum us_dtype to, const void *src, void *dst, size_t n)
 {
-	if (!on_device(as) || us_cuda_cast(as->device, from, to, src, dst, n) < 0)
+	if (!on_device(as) || !us_cuda_cast(as->device, from, to, src, dst, n))
 		us_cast(from, to, src, dst, n);
 }
 

@@ -11,6 +11,7 @@
 #ifndef US_CUDA_H
 #define US_CUDA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -35,11 +36,12 @@ int us_cuda_probe(char *why, size_t whylen);
  * us_cuda_cast - convert @n elements (dtypes as enum us_dtype values) from
  * @src to @dst on device @dev: pinned staging, host-to-device copy, the cast
  * kernel and the copy back run on a per-thread stream.  Same results as
- * us_cast().  Returns 0, or -1 when CUDA is unavailable or fails (the caller
- * then converts on the CPU).
+ * us_cast().  Whether the device converted them: false when CUDA is
+ * unavailable or fails, and the caller converts on the CPU (not an error:
+ * the same bits come either way).
  */
-int us_cuda_cast(int dev, int from, int to, const void *src, void *dst,
-		 size_t n);
+bool us_cuda_cast(int dev, int from, int to, const void *src, void *dst,
+		  size_t n);
 
 #ifdef __cplusplus
 }

@@ -10,9 +10,9 @@ int us_cuda_device_count(const char **why)
 	return 0;
 }
 
-int us_cuda_cast(int dev, int from, int to, const void *src, void *dst,
-		 size_t n)
+bool us_cuda_cast(int dev, int from, int to, const void *src, void *dst,
+		  size_t n)
 {
 	(void)dev; (void)from; (void)to; (void)src; (void)dst; (void)n;
-	return -1;
+	return false;
 }

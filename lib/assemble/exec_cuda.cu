@@ -100,36 +100,36 @@ struct stage {
 
 static thread_local struct stage st = { -1, {}, {}, {}, {}, {} };
 
-static int stage_init(int dev)
+static bool stage_init(int dev)
 {
 	if (st.dev == dev)
-		return 0;
+		return true;
 	if (cudaSetDevice(dev) != cudaSuccess)
-		return -1;
+		return false;
 	for (int i = 0; i < NSTREAM; i++)
 		if (cudaStreamCreateWithFlags(&st.stream[i], cudaStreamNonBlocking) != cudaSuccess ||
 		    cudaMallocHost(&st.hin[i], SLICE) != cudaSuccess ||
 		    cudaMallocHost(&st.hout[i], SLICE) != cudaSuccess ||
 		    cudaMalloc(&st.din[i], SLICE) != cudaSuccess ||
 		    cudaMalloc(&st.dout[i], SLICE) != cudaSuccess)
-			return -1; /* leaks what was made: the thread falls back for good */
+			return false; /* leaks what was made: the thread falls back for good */
 	st.dev = dev;
-	return 0;
+	return true;
 }
 
 /* Wait for stream @i's piece and copy its result out of pinned memory. */
-static int drain(int i, unsigned char *dst, size_t bytes)
+static bool drain(int i, unsigned char *dst, size_t bytes)
 {
 	if (!dst)
-		return 0;
+		return true;
 	if (cudaStreamSynchronize(st.stream[i]) != cudaSuccess)
-		return -1;
+		return false;
 	memcpy(dst, st.hout[i], bytes);
-	return 0;
+	return true;
 }
 
-extern "C" int us_cuda_cast(int dev, int from, int to, const void *src,
-			    void *dst, size_t n)
+extern "C" bool us_cuda_cast(int dev, int from, int to, const void *src,
+			     void *dst, size_t n)
 {
 	size_t si = us_dtype_bits((enum us_dtype)from) / 8;
 	size_t di = us_dtype_bits((enum us_dtype)to) / 8;
@@ -138,28 +138,28 @@ extern "C" int us_cuda_cast(int dev, int from, int to, const void *src,
 	size_t pbytes[NSTREAM] = { 0, 0 };
 	int i = 0;
 
-	if (stage_init(dev) < 0)
-		return -1;
+	if (!stage_init(dev))
+		return false;
 	for (size_t done = 0; done < n; done += per, i = (i + 1) % NSTREAM) {
 		size_t k = n - done < per ? n - done : per;
 
-		if (drain(i, pend[i], pbytes[i]) < 0)
-			return -1;
+		if (!drain(i, pend[i], pbytes[i]))
+			return false;
 		memcpy(st.hin[i], (const unsigned char *)src + done * si, k * si);
 		if (cudaMemcpyAsync(st.din[i], st.hin[i], k * si,
 				    cudaMemcpyHostToDevice, st.stream[i]) != cudaSuccess)
-			return -1;
+			return false;
 		cast_kernel<<<(unsigned)((k + 255) / 256), 256, 0, st.stream[i]>>>(
 			from, to, st.din[i], st.dout[i], k);
 		if (cudaGetLastError() != cudaSuccess ||
 		    cudaMemcpyAsync(st.hout[i], st.dout[i], k * di,
 				    cudaMemcpyDeviceToHost, st.stream[i]) != cudaSuccess)
-			return -1;
+			return false;
 		pend[i] = (unsigned char *)dst + done * di;
 		pbytes[i] = k * di;
 	}
 	for (i = 0; i < NSTREAM; i++)
-		if (drain(i, pend[i], pbytes[i]) < 0)
-			return -1;
-	return 0;
+		if (!drain(i, pend[i], pbytes[i]))
+			return false;
+	return true;
 }

@@ -75,7 +75,7 @@ int main(void)
 			t0 = now();
 			us_cast(f, t, src, a, N);
 			t1 = now();
-			if (us_cuda_cast(0, f, t, src, b, N) < 0) {
+			if (!us_cuda_cast(0, f, t, src, b, N)) {
 				printf("FAIL %s->%s: CUDA error\n", us_dtype_name(f), us_dtype_name(t));
 				failed++;
 				continue;
