@@ -279,9 +279,25 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 
 /* --device=cuda[:N] is a demand: refuse it when there is no such device.
  * auto falls back to the CPU silently (design.md). */
+/*
+ * Why there is no CUDA device, in plain words: without an NVIDIA driver the
+ * CUDA runtime says "driver version is insufficient", which reads as a
+ * broken install rather than a machine without a GPU.  "" when the
+ * runtime's own reason says nothing more than "no device".
+ */
+static const char *no_device_reason(const char *why)
+{
+	if (!US_HAVE_CUDA)
+		return "";
+	if (access("/proc/driver/nvidia/version", F_OK) != 0)
+		return "no NVIDIA driver is loaded";
+	return why && strcmp(why, "no CUDA device") != 0 ? why : "";
+}
+
 static int check_device(const struct us_opts *o)
 {
 	char why[120];
+	const char *r;
 	int ndev;
 
 	if (o->device != US_DEVICE_CUDA)
@@ -289,9 +305,13 @@ static int check_device(const struct us_opts *o)
 	ndev = us_assemble_probe(why, sizeof(why)); /* this process stays CUDA-free */
 	if (o->cuda_index < ndev)
 		return 0;
-	fprintf(stderr, "unshardfs: --device=%s: %s (%d CUDA device%s)\n",
-		o->device_arg, ndev ? "no such device" : why, ndev,
-		ndev == 1 ? "" : "s");
+	r = no_device_reason(why);
+	if (ndev)
+		fprintf(stderr, "unshardfs: --device=%s: no such device (%d CUDA "
+			"device%s)\n", o->device_arg, ndev, ndev == 1 ? "" : "s");
+	else
+		fprintf(stderr, "unshardfs: --device=%s: no CUDA device%s%s\n",
+			o->device_arg, *r ? ": " : "", *r ? r : "");
 	return -1;
 }
 
@@ -408,21 +428,16 @@ out_args:
  */
 static void print_version(void)
 {
-	const char *why = NULL;
+	const char *why = NULL, *r;
 	int ndev = us_assemble_device_count(&why);
-	bool driver = access("/proc/driver/nvidia/version", F_OK) == 0;
 
 	printf("unshardfs %s (libfuse %s; CUDA executor %s; ", US_VERSION,
 	       fuse_pkgversion(), US_HAVE_CUDA ? "built" : "not built");
+	r = no_device_reason(why);
 	if (ndev)
 		printf("%d CUDA device%s)\n", ndev, ndev == 1 ? "" : "s");
-	else if (!US_HAVE_CUDA || !driver)
-		printf("no CUDA device%s)\n", US_HAVE_CUDA ?
-		       ": no NVIDIA driver is loaded" : "");
-	else if (why && strcmp(why, "no CUDA device") != 0)
-		printf("no CUDA device: %s)\n", why);
 	else
-		printf("no CUDA device)\n");
+		printf("no CUDA device%s%s)\n", *r ? ": " : "", r);
 }
 
 int main(int argc, char **argv)

@@ -241,3 +241,16 @@ def test_inspect_lists_optimizer_and_passthrough(name):
         assert rows[1].split()[:3] == ["NAME", "DTYPE", "SHAPE"]
         assert {r.split()[0] for r in rows[2:-1]} == set(opt)
         assert rows[-1].startswith(f"{len(opt)} optimizer tensors, ")
+
+
+def test_device_cuda_without_a_gpu_says_so_plainly(tmp_path):
+    """--device=cuda is a demand: refused in one line, exit 1, in the same plain words
+    as --version when the machine has no GPU (not "driver version is insufficient")."""
+    if os.path.exists("/proc/driver/nvidia/version"):
+        pytest.skip("this machine has an NVIDIA driver")
+    mnt = tmp_path / "m"
+    mnt.mkdir()
+    r = run_cli("--device=cuda", SOURCES["sample"], str(mnt))
+    assert r.returncode == 1, r
+    assert r.stderr == "unshardfs: --device=cuda: no CUDA device: no NVIDIA driver is loaded\n" \
+        or r.stderr == "unshardfs: --device=cuda: no CUDA device\n", r.stderr
