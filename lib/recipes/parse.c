@@ -204,13 +204,15 @@ static enum us_status parse_cast(struct ctx *c, const cJSON *o,
 static enum us_status compile(struct ctx *c, const cJSON *v, const char *key,
 			      struct us_pattern *p)
 {
-	const char *why;
+	struct us_err why;
+	enum us_status rc;
 
 	if (!cJSON_IsString(v))
 		return bad(c, "\"%s\" must be a string (a name pattern)", key);
-	if (us_pattern_compile(v->valuestring, p, &why))
-		return US_OK;
-	return bad(c, "\"%s\": %s", key, why);
+	rc = us_pattern_compile(v->valuestring, p, &why);
+	if (rc == US_E_NOMEM)
+		return us_err_set(c->err, US_E_NOMEM, c->name, "out of memory");
+	return rc == US_OK ? US_OK : bad(c, "\"%s\": %s", key, why.msg);
 }
 
 /* Every capture of "from" must be in "to" (else two tensors would make

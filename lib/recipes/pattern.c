@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A malformed pattern: the reason, without a path (the recipe adds it). */
+#define BAD(why, msg) us_err_reason((why), US_E_FORMAT, "%s", (msg))
+
 void us_pattern_free(struct us_pattern *p)
 {
 	free(p->text);
@@ -23,67 +26,60 @@ int us_pattern_cap(const struct us_pattern *p, const char *name)
 }
 
 /* One capture at @s (just after '{'): its name, validated, appended. */
-static const char *add_cap(struct us_pattern *p, const char *s, const char **end)
+static enum us_status add_cap(struct us_pattern *p, const char *s,
+			      const char **end, struct us_err *why)
 {
 	const char *close = strchr(s, '}');
 	char *name;
 
 	if (!close)
-		return "a '{' is not closed";
+		return BAD(why, "a '{' is not closed");
 	if (close == s)
-		return "a capture has no name ('{}')";
+		return BAD(why, "a capture has no name ('{}')");
 	for (const char *q = s; q < close; q++)
 		if (!isalnum((unsigned char)*q) && *q != '_')
-			return "a capture name is not letters, digits or '_'";
+			return BAD(why, "a capture name is not letters, digits or '_'");
 	if (close - s > 63)
-		return "a capture name is longer than 63 characters";
+		return BAD(why, "a capture name is longer than 63 characters");
 	if (p->ncaps == US_RECIPE_MAX_CAPS)
-		return "more than 8 captures";
+		return BAD(why, "more than 8 captures");
 	name = strndup(s, (size_t)(close - s));
 	if (!name)
-		return "out of memory";
+		return us_err_reason(why, US_E_NOMEM, "out of memory");
 	if (us_pattern_cap(p, name) >= 0) {
 		free(name);
-		return "a capture name is used twice";
+		return BAD(why, "a capture name is used twice");
 	}
 	p->caps[p->ncaps++] = name;
 	/* A capture is a run of digits: what follows must end the run. */
 	if (close[1] == '{')
-		return "two captures with nothing between them";
+		return BAD(why, "two captures with nothing between them");
 	if (isdigit((unsigned char)close[1]))
-		return "a capture is followed by a digit";
+		return BAD(why, "a capture is followed by a digit");
 	*end = close + 1;
-	return NULL;
+	return US_OK;
 }
 
-bool us_pattern_compile(const char *text, struct us_pattern *p,
-			const char **why)
+enum us_status us_pattern_compile(const char *text, struct us_pattern *p,
+				  struct us_err *why)
 {
+	enum us_status rc = US_OK;
 	const char *s = text;
 
 	memset(p, 0, sizeof(*p));
-	*why = NULL;
-	if (!*text) {
-		*why = "a pattern is empty";
-		return false;
+	if (!*text)
+		return BAD(why, "a pattern is empty");
+	while (rc == US_OK && *s) {
+		if (*s == '}')
+			rc = BAD(why, "a '}' has no '{'");
+		else if (*s++ == '{')
+			rc = add_cap(p, s, &s, why);
 	}
-	while (*s) {
-		if (*s == '}') {
-			*why = "a '}' has no '{'";
-			break;
-		}
-		if (*s++ != '{')
-			continue;
-		if ((*why = add_cap(p, s, &s)))
-			break;
-	}
-	if (!*why && !(p->text = strdup(text)))
-		*why = "out of memory";
-	if (*why) {
+	if (rc == US_OK && !(p->text = strdup(text)))
+		rc = us_err_reason(why, US_E_NOMEM, "out of memory");
+	if (rc != US_OK)
 		us_pattern_free(p);
-		return false;
-	}
-	return true;
+	return rc;
 }
 
 bool us_pattern_match(const struct us_pattern *p, const char *name,

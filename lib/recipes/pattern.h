@@ -14,13 +14,14 @@ struct us_capture {
 };
 
 /*
- * us_pattern_compile - parse @text into @p (@text is copied).  NULL with a
- * reason in *@why for an unclosed brace, an empty or repeated capture
- * name, two captures with nothing between them, or a capture followed by a
- * digit (a capture is a run of digits: what follows must end it).
+ * us_pattern_compile - parse @text into @p (@text is copied).  US_E_FORMAT,
+ * with the reason in @why (us_err_reason: no path), for an unclosed brace,
+ * an empty or repeated capture name, two captures with nothing between
+ * them, or a capture followed by a digit (a capture is a run of digits:
+ * what follows must end it); US_E_NOMEM.
  */
-bool us_pattern_compile(const char *text, struct us_pattern *p,
-			const char **why);
+enum us_status us_pattern_compile(const char *text, struct us_pattern *p,
+				  struct us_err *why);
 void us_pattern_free(struct us_pattern *p);
 
 /* us_pattern_match - does @name match @p?  Fills caps[0..ncaps). */

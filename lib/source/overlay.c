@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../grow.h"
 #include "source.h"
 
 /* The top-level entry of @l named @name, or SIZE_MAX. */
@@ -31,16 +32,9 @@ static enum us_status put(struct us_pt_list *l, const char *path,
 	if (!copy)
 		return US_E_NOMEM;
 	if (i == SIZE_MAX) {
-		if (l->n == l->cap) {
-			size_t cap = l->cap ? l->cap * 2 : 32;
-			void *p = realloc(l->v, cap * sizeof(*l->v));
-
-			if (!p) {
-				free(copy);
-				return US_E_NOMEM;
-			}
-			l->v = p;
-			l->cap = cap;
+		if (US_GROW(l->v, l->cap, l->n) != US_OK) {
+			free(copy);
+			return US_E_NOMEM;
 		}
 		i = l->n++;
 	} else if (S_ISDIR(l->v[i].st.st_mode)) {

@@ -13,11 +13,11 @@ static void test_patterns(void)
 {
 	struct us_pattern from, to;
 	struct us_capture caps[US_RECIPE_MAX_CAPS];
-	const char *why;
+	struct us_err why;
 	char out[128];
 
-	CHECK(us_pattern_compile("layers.{i}.moe.w1", &from, &why));
-	CHECK(us_pattern_compile("model.layers.{i}.mlp.experts.{e}.w", &to, &why));
+	CHECK(us_pattern_compile("layers.{i}.moe.w1", &from, &why) == US_OK);
+	CHECK(us_pattern_compile("model.layers.{i}.mlp.experts.{e}.w", &to, &why) == US_OK);
 	CHECK(us_pattern_match(&from, "layers.12.moe.w1", caps));
 	CHECK(caps[0].len == 2 && !strncmp(caps[0].s, "12", 2));
 	CHECK(!us_pattern_match(&from, "layers..moe.w1", caps));
@@ -29,12 +29,13 @@ static void test_patterns(void)
 	CHECK(!us_pattern_format(&to, &from, caps, "e", 7, out, 10));
 	us_pattern_free(&from);
 	us_pattern_free(&to);
-	CHECK(!us_pattern_compile("a.{i", &from, &why) && strstr(why, "not closed"));
-	CHECK(!us_pattern_compile("a.{i}{j}", &from, &why));
-	CHECK(!us_pattern_compile("a.{i}1", &from, &why));
-	CHECK(!us_pattern_compile("a.{i}.{i}", &from, &why));
-	CHECK(!us_pattern_compile("", &from, &why));
-	CHECK(!us_pattern_compile("a}", &from, &why));
+	CHECK(us_pattern_compile("a.{i", &from, &why) == US_E_FORMAT &&
+	      strstr(why.msg, "not closed"));
+	CHECK(us_pattern_compile("a.{i}{j}", &from, &why) == US_E_FORMAT);
+	CHECK(us_pattern_compile("a.{i}1", &from, &why) == US_E_FORMAT);
+	CHECK(us_pattern_compile("a.{i}.{i}", &from, &why) == US_E_FORMAT);
+	CHECK(us_pattern_compile("", &from, &why) == US_E_FORMAT);
+	CHECK(us_pattern_compile("a}", &from, &why) == US_E_FORMAT);
 }
 
 static void test_builtins_parse(void)
