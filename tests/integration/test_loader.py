@@ -19,8 +19,14 @@ import pytest
 from conftest import BUILD, FIXTURES, REPO, SOURCES, mount, tensor_bytes
 
 # This checkout's package and library, whichever checkout set up the venv's .pth.
+# The library is the normal build's even in the ASan+UBSan run (where BUILD is
+# build-asan/, and the daemon under test is the sanitizer one): an ASan library
+# cannot be loaded into a Python that does not start with the ASan runtime. The
+# loader's C code runs under the sanitizers in its unit test (tests/unit/test_loader.c).
 sys.path.insert(0, os.path.join(REPO, "lib", "python"))
-os.environ["UNSHARDFS_LIB"] = os.path.join(BUILD, "lib", "loader", "libunshard.so")
+_LIB_BUILD = BUILD if os.path.basename(BUILD.rstrip("/")) != "build-asan" \
+    else os.path.join(REPO, "build")
+os.environ["UNSHARDFS_LIB"] = os.path.join(_LIB_BUILD, "lib", "loader", "libunshard.so")
 
 import torch  # noqa: E402
 import unshardfs  # noqa: E402
