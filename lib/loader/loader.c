@@ -204,6 +204,7 @@ static enum us_status loader_init(struct us_loader *ld, const char *path,
 	if (lo && lo->cache_size)
 		ao.cache_size = lo->cache_size;
 	ld->threads = default_threads(lo);
+	ld->hugepages = lo && lo->hugepages;
 	return us_assembler_new(&ao, &ld->as, err);
 }
 

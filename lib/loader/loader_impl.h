@@ -11,6 +11,7 @@ struct us_loader {
 	struct us_assembler *as; /* one for every thread: it is thread-safe */
 	unsigned threads;
 	bool mounted;
+	bool hugepages;          /* us_loader_opts.hugepages */
 	char *source;            /* absolute */
 	char options[4096];      /* canonical (canon.h) */
 };

@@ -53,6 +53,10 @@ struct us_loader_opts {
 	const char *recipe;            /* --recipe: NULL, auto, a built-in
 					* name or a recipe file */
 	const char *overlay;           /* --overlay DIR (its config.json) */
+	bool hugepages;                /* back each destination buffer of at
+					* least 2 MiB with transparent huge
+					* pages, faulted in by the readers
+					* before they read (docs/loader.md) */
 };
 
 /*

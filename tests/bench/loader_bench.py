@@ -7,6 +7,7 @@ Generates (once, kept in D) a DCP checkpoint of about G GB of fp32 tensors (gen.
 
   loader      unshardfs.load(SOURCE)                    (what load(mount) does too)
   loader/mnt  unshardfs.load(MOUNT)                     (resolves the mount to SOURCE)
+  loader/huge unshardfs.load(SOURCE, hugepages=True)    (destination in 2 MiB pages)
   st/mnt      safetensors.torch.load_file(MOUNT/model.safetensors), every tensor then
               cloned (load_file maps the file: alone, it reads nothing)
   bin/mnt     torch.load(MOUNT/pytorch_model.bin, mmap=True, weights_only=True), every
@@ -39,9 +40,9 @@ import torch
 kind, path = sys.argv[1], sys.argv[2]
 threads = int(sys.argv[4])
 t0 = time.perf_counter()
-if kind in ("loader", "loader/mnt"):
+if kind in ("loader", "loader/mnt", "loader/huge"):
     import unshardfs
-    sd = unshardfs.load(path, threads=threads)
+    sd = unshardfs.load(path, threads=threads, hugepages=kind == "loader/huge")
 elif kind == "st/mnt":
     from safetensors.torch import load_file
     sd = {k: v.clone() for k, v in load_file(os.path.join(path, "model.safetensors")).items()}
@@ -57,7 +58,7 @@ n = sum(t.numel() * t.element_size() for t in sd.values())
 print(dt, n)
 """
 
-KINDS = ["loader", "loader/mnt", "st/mnt", "bin/mnt", "dcp"]
+KINDS = ["loader", "loader/huge", "loader/mnt", "st/mnt", "bin/mnt", "dcp"]
 
 
 def drop_caches():
@@ -114,7 +115,7 @@ def main():
     try:
         for cold in ([False, True] if root else [False]):
             for kind in kinds:
-                path = src if kind in ("loader", "dcp") else m.mnt
+                path = src if kind in ("loader", "loader/huge", "dcp") else m.mnt
                 if not cold:
                     run(kind, path, a.threads)  # warm up: every file in the page cache
                 best = None

@@ -182,6 +182,23 @@ def test_names_and_staged_ring(monkeypatch):
             assert all((ring[n] is ring[m]) == (direct[n] is direct[m]) for m in direct)
 
 
+def test_hugepages_give_the_same_bytes(tmp_path):
+    """hugepages=True (huge-page advice and prefaulting under every destination of at
+    least 2 MiB) reads the same bytes as the default, whole and by shard."""
+    from safetensors.torch import save_file
+    g = torch.Generator().manual_seed(18)
+    sd = {"big": torch.randn(1027, 769, generator=g),  # 3.0 MiB, odd row size
+          "small": torch.randn(7, 5, generator=g)}
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    for shard in (None, (1, 3)):
+        plain = unshardfs.load(str(tmp_path), shard=shard)
+        huge = unshardfs.load(str(tmp_path), shard=shard, hugepages=True)
+        assert sorted(huge) == sorted(plain) == ["big", "small"]
+        for n in plain:
+            assert tensor_bytes(huge[n]) == tensor_bytes(plain[n]), n
+    assert torch.equal(unshardfs.load(str(tmp_path), hugepages=True)["big"], sd["big"])
+
+
 def test_mount_options_must_match():
     src = SOURCES["sample"]
     with mount(src, "--strip-prefix=model.") as mnt:

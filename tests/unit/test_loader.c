@@ -2,6 +2,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -87,6 +88,36 @@ static void test_list_and_read(const char *dir)
 	CHECK(data_ok(big, 488 + BIG_COLS, BIG_COLS));
 	us_loader_close(ld);
 	free(big);
+}
+
+/* hugepages: the same bytes, into fresh memory whose start is not page
+ * aligned (the advice covers only the aligned interior) and into memory
+ * already written (populating keeps nothing but the pread's bytes). */
+static void test_hugepages(const char *dir)
+{
+	struct us_loader_opts o = { .hugepages = true, .threads = 2 };
+	size_t cap = BIG + (8u << 20);
+	char *m = mmap(NULL, cap, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	unsigned char *big = (unsigned char *)m + 4097;
+	struct us_loader *ld;
+	struct us_err err = {0};
+	struct us_loader_req r = { .tensor = 2, .len = BIG, .buf = big };
+
+	CHECK(m != MAP_FAILED);
+	CHECK(us_loader_open(dir, &o, &ld, &err) == US_OK);
+	if (!ld || m == MAP_FAILED)
+		return;
+	CHECK(us_loader_read_many(ld, &r, 1, &err) == US_OK);
+	CHECK(data_ok(big, 488, BIG));
+	memset(big, 0xab, BIG);
+	r.off = 1000;
+	r.len = BIG - 1000;
+	CHECK(us_loader_read_many(ld, &r, 1, &err) == US_OK);
+	CHECK(data_ok(big, 1488, BIG - 1000));
+	CHECK(big[BIG - 1000] == 0xab);
+	us_loader_close(ld);
+	munmap(m, cap);
 }
 
 static void test_options(const char *dir)
@@ -187,6 +218,8 @@ int main(void)
 	RUN(test_canon);
 	test_list_and_read(keep);
 	fprintf(stderr, "ran test_list_and_read\n");
+	test_hugepages(keep);
+	fprintf(stderr, "ran test_hugepages\n");
 	test_options(keep);
 	fprintf(stderr, "ran test_options\n");
 	test_identity(keep);

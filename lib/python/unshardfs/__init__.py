@@ -162,7 +162,7 @@ def _read_staged(ld, plan, device, slot_bytes=None, nslots=None):
 
 
 def load(path, device="cpu", dtype=None, names=None, shard=None, *, options=None,
-         threads=0, staged=None):
+         threads=0, staged=None, hugepages=False):
     """The state dict of PATH (a SOURCE or an unshardfs mount root) as {name: tensor}.
 
     device: where the tensors are made ("cpu", "cuda:0", ...). For a device other
@@ -179,14 +179,19 @@ def load(path, device="cpu", dtype=None, names=None, shard=None, *, options=None
         mount root, leave them out (the mount's apply) or give exactly its own.
     threads: reader threads (0: one per CPU, at most 16).
     staged: force (True) or skip (False) the staging ring; None: only off the CPU.
+    hugepages: back each host tensor of at least 2 MiB with transparent huge pages,
+        faulted in by the reader threads before they read (not the staging ring's
+        reused buffers). Filling fresh huge pages is about twice as fast where the
+        machine backs them promptly, and slower where it does not (a VM whose host
+        takes back freed 2 MiB blocks): docs/loader.md says how to tell.
 
     Tied names map to one tensor object, as from_pretrained gives them.
     """
     import torch
     dev = torch.device(device)
-    with Loader(path, options, threads) as ld:
+    use_ring = dev.type != "cpu" if staged is None else staged
+    with Loader(path, options, threads, hugepages=hugepages and not use_ring) as ld:
         plan = _plan(ld, names, shard)
-        use_ring = dev.type != "cpu" if staged is None else staged
         outs = _read_staged(ld, plan, dev) if use_ring else _read_direct(ld, plan)
     sd = {}
     for it, t in zip(plan, outs):

@@ -33,7 +33,8 @@ class Opts(ctypes.Structure):
                 ("nstrip", ctypes.c_size_t), ("dtype", ctypes.c_char_p),
                 ("ties", ctypes.c_char_p), ("deepspeed_weights", ctypes.c_char_p),
                 ("threads", ctypes.c_uint), ("cache_size", ctypes.c_uint64),
-                ("recipe", ctypes.c_char_p), ("overlay", ctypes.c_char_p)]
+                ("recipe", ctypes.c_char_p), ("overlay", ctypes.c_char_p),
+                ("hugepages", ctypes.c_bool)]
 
 
 class _Tensor(ctypes.Structure):
@@ -129,7 +130,7 @@ class TensorInfo:
 class Loader:
     """One opened checkpoint (us_loader_open); a context manager."""
 
-    def __init__(self, path, options=None, threads=0):
+    def __init__(self, path, options=None, threads=0, hugepages=False):
         o = options or {}
         unknown = set(o) - {"format", "no_unwrap", "strip_prefix", "dtype", "ties",
                             "deepspeed_weights", "cache_size", "recipe", "overlay"}
@@ -148,7 +149,7 @@ class Loader:
                     strip_prefix=self._strips, nstrip=len(strips), dtype=s("dtype"),
                     ties=s("ties"), deepspeed_weights=s("deepspeed_weights"),
                     threads=threads, cache_size=int(o.get("cache_size") or 0),
-                    recipe=s("recipe"), overlay=s("overlay"))
+                    recipe=s("recipe"), overlay=s("overlay"), hugepages=bool(hugepages))
         self._lib = lib()
         self._h = ctypes.c_void_p()
         err = _Err()
