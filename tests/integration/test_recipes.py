@@ -303,3 +303,59 @@ def test_concat_equals_torch_cat(tmp_path):
     assert by["model.layers.1.self_attn.qkv_proj.weight"]["source_names"] == \
         ["layers.1.attention.qkv_linear.wq.weight"]
 
+
+@pytest.mark.parametrize("name", NAMES)
+def test_export_with_overlay_loads(name, tmp_path):
+    """export --recipe --overlay CKPT OUT/ writes a directory from_pretrained loads,
+    every parameter found, each equal to the same model loaded from the mount; the
+    files are the mount's (model.safetensors byte for byte, config.json the overlay's)."""
+    import filecmp
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+
+    def load(d):
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(
+            d, output_loading_info=True, dtype=torch.float32)
+        assert not any(info.values()), (d, info)  # missing, unexpected, mismatched
+        params = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        del model  # from the mount: its weights map model.safetensors
+        gc.collect()
+        return params
+
+    out = tmp_path / "out"
+    r = run_cli("export", *recipe_opts(name), ckpt(name), f"{out}/")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert filecmp.cmp(out / "config.json", os.path.join(overlay(name), "config.json"),
+                       shallow=False)
+    with mount(ckpt(name), *recipe_opts(name)) as mnt:
+        assert sorted(os.listdir(out)) == sorted(
+            f for f in os.listdir(mnt) if f not in ("pytorch_model.bin", "tensors"))
+        assert filecmp.cmp(out / "model.safetensors", os.path.join(mnt, "model.safetensors"),
+                           shallow=False)
+        want = load(mnt)
+    got = load(str(out))
+    assert set(got) == set(want)
+    for k, v in got.items():
+        assert tensor_bytes(v) == tensor_bytes(want[k]), k
+    # transformers fuses MoE experts as it loads; a dense model's names are the files'
+    served = load_file(out / "model.safetensors")
+    if name == "llama3":
+        assert set(got) == served_names(name, served)
+        for k, v in got.items():
+            assert tensor_bytes(v) == tensor_bytes(expected(name, served, k)), k
+
+
+def test_export_overlay_needs_a_directory(tmp_path):
+    """--overlay adds files: stdout or an existing file as OUT is a usage error (1), as a
+    missing overlay directory is; nothing is written."""
+    f = tmp_path / "m.safetensors"
+    f.write_text("")
+    for out in ("-", str(f)):
+        r = run_cli("export", *recipe_opts("llama3"), ckpt("llama3"), out)
+        assert r.returncode == 1 and "--overlay" in r.stderr, (out, r.stderr)
+        assert len(r.stderr.splitlines()) == 1 and r.stdout == ""
+    r = run_cli("export", "--recipe=torchtitan-llama3", f"--overlay={tmp_path}/nope",
+                ckpt("llama3"), f"{tmp_path}/o/")
+    assert r.returncode == 1 and "--overlay" in r.stderr, r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["m.safetensors"]
