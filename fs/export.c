@@ -140,6 +140,14 @@ static int add_file(struct export *x, char *path, const struct us_view *v,
 	return 0;
 }
 
+/* The option that makes OUT several files (NULL: none). */
+static const char *several_files(const struct us_opts *o)
+{
+	if (o->max_shard_size)
+		return "--max-shard-size";
+	return o->optimizer ? "--optimizer" : o->overlay ? "--overlay" : NULL;
+}
+
 /* Is OUT a directory?  An existing one, "new/", or any OUT when sharding:
  * several files only make sense as a directory. */
 static int out_is_dir(const struct us_opts *o, bool *dir)
@@ -148,16 +156,14 @@ static int out_is_dir(const struct us_opts *o, bool *dir)
 
 	if (stat(o->out, &st) == 0) {
 		*dir = S_ISDIR(st.st_mode);
-		if ((o->max_shard_size || o->optimizer) && !*dir) {
+		if (several_files(o) && !*dir) {
 			us_msg(LOG_ERR, "%s: %s writes several files: OUT must "
-			       "be a directory", o->out, o->max_shard_size ?
-			       "--max-shard-size" : "--optimizer");
+			       "be a directory", o->out, several_files(o));
 			return EXIT_USAGE;
 		}
 		return 0;
 	}
-	*dir = o->max_shard_size || o->optimizer ||
-	       o->out[strlen(o->out) - 1] == '/';
+	*dir = several_files(o) || o->out[strlen(o->out) - 1] == '/';
 	return 0;
 }
 
@@ -290,11 +296,16 @@ static int plan_passthrough(struct export *x, const struct us_statedict *sd,
 {
 	struct us_err err = {0};
 
-	if (x->srcfd < 0)
-		return 0; /* SOURCE is one file: nothing beside it is ours */
-	if (us_pt_scan(x->srcfd, sd, &x->pt, &err) != US_OK) {
+	/* SOURCE one file: nothing beside it is ours, but --overlay's is */
+	if (x->srcfd >= 0 && us_pt_scan(x->srcfd, sd, &x->pt, &err) != US_OK) {
 		us_msg(LOG_ERR, "%s", err.msg);
 		return EXIT_FAILED;
+	}
+	/* The same files as the mount's (an overlay file replacing SOURCE's),
+	 * so the directory written loads as the mount does. */
+	if (x->o->overlay && us_pt_overlay(x->o->overlay, &x->pt, &err) != US_OK) {
+		us_msg(LOG_ERR, "%s", err.msg);
+		return err.status == US_E_USAGE ? EXIT_USAGE : EXIT_FAILED;
 	}
 	x->pt_keep = calloc(2 * (x->pt.n + 1), sizeof(*x->pt_keep));
 	x->pt_used = x->pt_keep ? x->pt_keep + x->pt.n + 1 : NULL;
@@ -308,7 +319,10 @@ static int plan_passthrough(struct export *x, const struct us_statedict *sd,
 
 		if (!x->pt_keep[i] || S_ISDIR(e->st.st_mode))
 			continue;
-		if (add_file(x, out_path(x, e->relpath), NULL, e->relpath,
+		/* an overlay entry's relpath is absolute: it goes in OUT/ */
+		if (add_file(x, out_path(x, e->relpath[0] == '/' ? e->name
+								  : e->relpath),
+			     NULL, e->relpath,
 			     (uint64_t)e->st.st_size) != 0)
 			return EXIT_FAILED;
 		mark_parents_used(x, e->parent);
@@ -375,12 +389,19 @@ static int plan_files(struct export *x, const struct us_statedict *sd,
 {
 	int rc;
 
-	if (!strcmp(x->o->out, "-"))
-		return plan_stdout(x, views, n);
-	if ((rc = out_is_dir(x->o, &x->dir)) != 0)
+	if ((rc = strcmp(x->o->out, "-") ? out_is_dir(x->o, &x->dir) : 0) != 0)
 		return rc;
 	if (x->dir)
 		return plan_dir(x, sd, views, n);
+	/* stdout has no place for config files: dropping them silently
+	 * would not write the model directory asked for. */
+	if (x->o->overlay) {
+		us_msg(LOG_ERR, "%s: --overlay writes several files: OUT must be "
+		       "a directory", x->o->out);
+		return EXIT_USAGE;
+	}
+	if (!strcmp(x->o->out, "-"))
+		return plan_stdout(x, views, n);
 	x->nmodel = n;
 	if (n == 1)
 		return plan_one(x, views[0]);

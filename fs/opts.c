@@ -99,7 +99,8 @@ void us_opts_usage(FILE *out)
 "                           FILE: docs/recipes.md) (default: names as stored)\n"
 "    --overlay=DIR          add DIR's files (config.json, tokenizer files) to\n"
 "                           the passthrough files; they win over SOURCE's\n"
-"                           files of the same name (mount and inspect)\n"
+"                           files of the same name (mount, inspect; export\n"
+"                           writes them into OUTDIR/)\n"
 "\n"
 "export options:\n"
 "    --view=V               safetensors|bin: model.safetensors (or its shards)\n"
@@ -434,7 +435,7 @@ static const struct opt_def {
 	{"max-shard-size", true, AT_ALL, set_max_shard_size},
 	{"direct-io", true, AT_ALL, set_direct_io},
 	{"recipe", true, AT_ALL, set_recipe},
-	{"overlay", true, AT_MOUNT | AT_INSPECT, set_overlay},
+	{"overlay", true, AT_ALL, set_overlay},
 	{"views", true, AT_MOUNT, set_views},
 	{"view", true, AT_EXPORT, set_view},
 	{"uid", true, AT_MOUNT | DASH_O_ONLY, set_uid},

@@ -22,6 +22,8 @@ struct run {
 	const struct us_recipe *r;
 	uint64_t head_dim;   /* config.json's, 0: none */
 	bool *hit;           /* per rule: matched some tensor */
+	const struct us_tensor **byname; /* the source tensors, sorted: a */
+	size_t nold;                     /* concat finds its inputs here */
 	struct us_err *err;
 };
 
@@ -44,6 +46,15 @@ static struct us_tensor *renamed(struct run *x, const struct us_tensor *t,
 	return o;
 }
 
+static enum us_status too_long(struct run *x, size_t i, const struct us_tensor *t)
+{
+	return us_err_set(x->err, US_E_UNSUPPORTED, x->r->name, "rule %zu: the "
+			  "name made from '%s' is too long", i + 1, t->name);
+}
+
+static enum us_status finish(struct run *x, size_t i, struct us_tensor *o,
+			     const struct us_tensor *t);
+
 static enum us_status emit(struct run *x, size_t i, const struct us_tensor *t,
 			   const struct us_capture *caps, uint64_t idx)
 {
@@ -54,8 +65,7 @@ static enum us_status emit(struct run *x, size_t i, const struct us_tensor *t,
 
 	if (!us_pattern_format(&r->to, &r->from, caps, r->split_var, idx, name,
 			       sizeof(name)))
-		return us_err_set(x->err, US_E_UNSUPPORTED, x->r->name, "rule %zu: "
-				  "the name made from '%s' is too long", i + 1, t->name);
+		return too_long(x, i, t);
 	if (!r->has_split && !r->has_slice && !r->has_permute) {
 		o = renamed(x, t, name);
 	} else {
@@ -63,6 +73,15 @@ static enum us_status emit(struct run *x, size_t i, const struct us_tensor *t,
 		o = us_layout_to(x->sd, &l, name, t->dtype, t->decl_path, x->err);
 		us_layout_free(&l);
 	}
+	return finish(x, i, o, t);
+}
+
+/* Output @o of rule @i from @t: what inspect and the views need. */
+static enum us_status finish(struct run *x, size_t i, struct us_tensor *o,
+			     const struct us_tensor *t)
+{
+	const struct us_recipe_rule *r = &x->r->rules[i];
+
 	if (!o)
 		return x->err ? x->err->status : US_E_NOMEM;
 	o->source_name = t->name; /* what inspect and refusals call it */
@@ -72,6 +91,72 @@ static enum us_status emit(struct run *x, size_t i, const struct us_tensor *t,
 	o->recipe_cast = r->has_cast;
 	o->recipe_cast_to = r->cast;
 	return US_OK;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp((*(const struct us_tensor *const *)a)->name,
+		      (*(const struct us_tensor *const *)b)->name);
+}
+
+static const struct us_tensor *find(const struct run *x, const char *name)
+{
+	const struct us_tensor key = { .name = name }, *kp = &key;
+	const struct us_tensor **hit = bsearch(&kp, x->byname, x->nold,
+					       sizeof(*x->byname), cmp_name);
+
+	return hit ? *hit : NULL;
+}
+
+/* The output of concat rule @i from its inputs @in, @caps those of the
+ * first input. */
+static enum us_status emit_concat(struct run *x, size_t i,
+				  const struct us_tensor *const *in,
+				  const struct us_capture *caps)
+{
+	const struct us_recipe_rule *r = &x->r->rules[i];
+	char name[NAME_MAX_LEN];
+	struct us_tensor *o;
+	struct us_layout l;
+
+	if (!us_pattern_format(&r->to, &r->from, caps, NULL, 0, name, sizeof(name)))
+		return too_long(x, i, in[0]);
+	US_TRY(us_concat_layout(r, ref(x, i), in, r->ncat + 1, &l, x->err));
+	o = us_layout_to(x->sd, &l, name, in[0]->dtype, in[0]->decl_path, x->err);
+	us_layout_free(&l);
+	return finish(x, i, o, in[0]);
+}
+
+/* Concat rule @i matched by @t as its input @k: every input is named by
+ * @t's captures and must exist; the output is made once, at the first. */
+static enum us_status concat(struct run *x, size_t i, const struct us_tensor *t,
+			     int k, const struct us_capture *caps)
+{
+	const struct us_recipe_rule *r = &x->r->rules[i];
+	const struct us_tensor **in = calloc(r->ncat + 1, sizeof(*in));
+	enum us_status rc = in ? US_OK : US_E_NOMEM;
+	char name[NAME_MAX_LEN];
+
+	for (size_t j = 0; rc == US_OK && j <= r->ncat; j++) {
+		if (j == (size_t)k) {
+			in[j] = t;
+			continue;
+		}
+		if (!us_pattern_format(us_rule_input_pattern(r, j),
+				       us_rule_input_pattern(r, (size_t)k), caps,
+				       NULL, 0, name, sizeof(name)))
+			rc = too_long(x, i, t);
+		else if (!(in[j] = find(x, name)))
+			rc = us_err_set(x->err, US_E_UNSUPPORTED, x->r->name,
+					"rule %zu: concat's input '%s' is missing "
+					"(needed with '%s')", i + 1, name, t->name);
+	}
+	if (rc == US_OK && k == 0)
+		rc = emit_concat(x, i, in, caps);
+	free(in);
+	if (rc == US_E_NOMEM && !in)
+		return us_err_set(x->err, rc, ".", "out of memory");
+	return rc;
 }
 
 /* Rule @i maps @t: one output, or one per index of the split dim. */
@@ -120,12 +205,26 @@ static enum us_status one_tensor(struct run *x, const struct us_tensor *t)
 
 	for (size_t i = 0; i < x->r->nrules; i++) {
 		const struct us_recipe_rule *r = &x->r->rules[i];
+		int k = us_rule_input(r, t->name, caps);
 
-		if (!us_pattern_match(&r->from, t->name, caps))
+		if (k < 0)
 			continue;
 		if (!mapped && !dropped)
 			first = i;
 		x->hit[i] = true;
+		/* A fused tensor may feed several slices, but a concat's input
+		 * belongs to it alone: else its bytes would be served twice. */
+		if ((mapped || dropped) &&
+		    (r->has_concat || x->r->rules[first].has_concat))
+			return us_err_set(x->err, US_E_FORMAT, x->r->name, "rules "
+					  "%zu and %zu both take '%s' (an input of a "
+					  "concat belongs to that rule alone)",
+					  first + 1, i + 1, t->name);
+		if (r->has_concat) {
+			mapped++;
+			US_TRY(concat(x, i, t, k, caps));
+			continue;
+		}
 		if (r->drop && mapped)
 			return us_err_set(x->err, US_E_FORMAT, x->r->name, "rule %zu: "
 					  "drops '%s', which rule %zu maps", i + 1,
@@ -149,12 +248,6 @@ static enum us_status one_tensor(struct run *x, const struct us_tensor *t)
 				  "without --recipe to serve the source names)",
 				  t->name, x->r->name);
 	return US_OK;
-}
-
-static int cmp_name(const void *a, const void *b)
-{
-	return strcmp((*(const struct us_tensor *const *)a)->name,
-		      (*(const struct us_tensor *const *)b)->name);
 }
 
 /* Two outputs with one name: say which rules and sources made them. */
@@ -200,9 +293,33 @@ static bool needs_config(const struct us_recipe *r)
 	return false;
 }
 
+static bool has_concat(const struct us_recipe *r)
+{
+	for (size_t i = 0; i < r->nrules; i++)
+		if (r->rules[i].has_concat)
+			return true;
+	return false;
+}
+
+/* The sorted index concat looks its inputs up in. */
+static enum us_status index_names(struct run *x, const struct us_tensor *old,
+				  size_t nold)
+{
+	if (!has_concat(x->r))
+		return US_OK;
+	if (!(x->byname = malloc((nold + 1) * sizeof(*x->byname))))
+		return us_err_set(x->err, US_E_NOMEM, ".", "out of memory");
+	for (size_t i = 0; i < nold; i++)
+		x->byname[i] = &old[i];
+	x->nold = nold;
+	qsort(x->byname, nold, sizeof(*x->byname), cmp_name);
+	return US_OK;
+}
+
 static enum us_status run_all(struct run *x, const struct us_tensor *old,
 			      size_t nold)
 {
+	US_TRY(index_names(x, old, nold));
 	for (size_t i = 0; i < nold; i++)
 		US_TRY(one_tensor(x, &old[i]));
 	US_TRY(check_required(x));
@@ -228,6 +345,7 @@ enum us_status us_recipe_apply(struct us_statedict *sd,
 	if (rc == US_OK && !(sd->recipe = us_arena_strdup(&sd->arena, r->name)))
 		rc = us_err_set(err, US_E_NOMEM, ".", "out of memory");
 	free(x.hit);
+	free(x.byname);
 	if (rc != US_OK) {
 		/* us_sd_free frees whichever list is in sd: put the old back */
 		free(sd->tensors);

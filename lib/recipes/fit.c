@@ -17,7 +17,7 @@ bool us_recipe_fits(const struct us_recipe *r, const struct us_statedict *sd)
 		bool any = false;
 
 		for (size_t i = 0; i < r->nrules; i++)
-			if (us_pattern_match(&r->rules[i].from, sd->tensors[t].name, caps))
+			if (us_rule_input(&r->rules[i], sd->tensors[t].name, caps) >= 0)
 				any = hit[i] = true;
 		fits = any;
 	}

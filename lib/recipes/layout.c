@@ -210,6 +210,37 @@ enum us_status us_layout_remap(struct us_layout *l, uint32_t dim,
 	return US_OK;
 }
 
+enum us_status us_layout_cat(struct us_layout *l, const struct us_layout *parts,
+			     size_t n, uint32_t dim)
+{
+	size_t per = 3 * (size_t)parts[0].ndim, total = 0;
+	uint64_t base = 0;
+
+	for (size_t p = 0; p < n; p++)
+		total += parts[p].nchunks;
+	if (total > UINT32_MAX)
+		return US_E_NOMEM;
+	memset(l, 0, sizeof(*l));
+	if (alloc_chunks(l, parts[0].ndim, total) != US_OK)
+		return US_E_NOMEM;
+	l->ndim = parts[0].ndim;
+	l->isz = parts[0].isz;
+	memcpy(l->shape, parts[0].shape, sizeof(l->shape));
+	for (size_t p = 0; p < n; p++) {
+		for (uint32_t i = 0; i < parts[p].nchunks; i++) {
+			memcpy(OFF(l, l->nchunks), OFF(&parts[p], i), per * sizeof(uint64_t));
+			OFF(l, l->nchunks)[dim] += base; /* < base + dim: no overflow */
+			l->src[l->nchunks++] = parts[p].src[i];
+		}
+		if (__builtin_add_overflow(base, parts[p].shape[dim], &base)) {
+			us_layout_free(l);
+			return US_E_FORMAT;
+		}
+	}
+	l->shape[dim] = base;
+	return US_OK;
+}
+
 /* Strides as the model stores them: NULL where they are row-major over
  * the chunk's sizes (the fast contiguous read paths look for that). */
 static enum us_status put_strides(struct us_statedict *sd, const struct us_layout *l,

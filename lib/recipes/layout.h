@@ -47,6 +47,13 @@ enum us_status us_layout_remap(struct us_layout *l, uint32_t dim,
 			       const struct us_segment *seg, size_t nseg,
 			       uint64_t newsize);
 
+/* us_layout_cat - @l becomes the @n layouts @parts joined along dim @dim
+ * (each part's chunks shifted by the sizes before it); the parts have
+ * the same ndim and the same sizes off @dim (the caller checked).  The
+ * parts are left as they are.  US_E_FORMAT when the dim overflows. */
+enum us_status us_layout_cat(struct us_layout *l, const struct us_layout *parts,
+			     size_t n, uint32_t dim);
+
 /* us_layout_to - add the tensor @name of @dtype with @l's chunks to @sd. */
 struct us_tensor *us_layout_to(struct us_statedict *sd, const struct us_layout *l,
 			       const char *name, enum us_dtype dtype,

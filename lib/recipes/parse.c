@@ -215,6 +215,76 @@ static enum us_status compile(struct ctx *c, const cJSON *v, const char *key,
 	return rc == US_OK ? US_OK : bad(c, "\"%s\": %s", key, why.msg);
 }
 
+/* A concat's inputs: each input's name is made from the first's captures,
+ * so they all have the same ones, and no two are one pattern. */
+static enum us_status check_inputs(struct ctx *c, const struct us_recipe_rule *r)
+{
+	for (size_t k = 0; k < r->ncat; k++) {
+		const struct us_pattern *p = &r->cat_from[k];
+		bool same = p->ncaps == r->from.ncaps;
+
+		for (uint32_t i = 0; same && i < p->ncaps; i++)
+			same = us_pattern_cap(&r->from, p->caps[i]) >= 0;
+		if (!same)
+			return bad(c, "concat's input %zu '%s' does not have the same "
+				   "captures as the first, '%s'", k + 2, p->text,
+				   r->from.text);
+		for (size_t j = 0; j <= k; j++)
+			if (!strcmp(us_rule_input_pattern(r, j)->text, p->text))
+				return bad(c, "concat's input '%s' is given twice",
+					   p->text);
+	}
+	return US_OK;
+}
+
+/* "from": one pattern, or with "concat" an array of 2 or more. */
+static enum us_status parse_from(struct ctx *c, const cJSON *o,
+				 struct us_recipe_rule *r)
+{
+	const cJSON *from = cJSON_GetObjectItemCaseSensitive(o, "from");
+	bool cat = cJSON_GetObjectItemCaseSensitive(o, "concat") != NULL;
+	const cJSON *it;
+	size_t n;
+
+	if (!cJSON_IsArray(from)) {
+		if (cat)
+			return bad(c, "%s", "concat needs \"from\": an array of 2 "
+				   "or more name patterns");
+		return compile(c, from, "from", &r->from);
+	}
+	if (!cat)
+		return bad(c, "%s", "\"from\" is an array only with \"concat\"");
+	if ((n = (size_t)cJSON_GetArraySize(from)) < 2)
+		return bad(c, "%s", "concat needs \"from\": an array of 2 or "
+			   "more name patterns");
+	if (!(r->cat_from = calloc(n - 1, sizeof(*r->cat_from))))
+		return us_err_set(c->err, US_E_NOMEM, c->name, "out of memory");
+	r->ncat = n - 1; /* zeroed patterns until compiled: free is safe */
+	n = 0;
+	cJSON_ArrayForEach(it, from) {
+		US_TRY(compile(c, it, "from", n ? &r->cat_from[n - 1] : &r->from));
+		n++;
+	}
+	return check_inputs(c, r);
+}
+
+static enum us_status parse_concat(struct ctx *c, const cJSON *o,
+				   struct us_recipe_rule *r)
+{
+	static const char *const keys[] = { "dim", NULL };
+
+	if (!cJSON_IsObject(o))
+		return bad(c, "%s must be an object", "\"concat\"");
+	US_TRY(known_keys(c, o, keys, "key of \"concat\""));
+	US_TRY(get_dim(c, o, "concat", &r->cat_dim));
+	/* Joined as stored: a transform of the result would need to say
+	 * whether it applies to each input or to the whole. */
+	if (r->has_split || r->has_slice || r->has_permute)
+		return bad(c, "%s", "concat takes no split, slice or permute");
+	r->has_concat = true;
+	return US_OK;
+}
+
 /* Every capture of "from" must be in "to" (else two tensors would make
  * one name), and every capture of "to" must come from somewhere. */
 static enum us_status check_caps(struct ctx *c, const struct us_recipe_rule *r)
@@ -244,6 +314,8 @@ static enum us_status parse_transforms(struct ctx *c, const cJSON *o,
 		US_TRY(parse_permute(c, v, r));
 	if ((v = cJSON_GetObjectItemCaseSensitive(o, "cast")))
 		US_TRY(parse_cast(c, v, r));
+	if ((v = cJSON_GetObjectItemCaseSensitive(o, "concat")))
+		US_TRY(parse_concat(c, v, r));
 	return check_caps(c, r);
 }
 
@@ -251,13 +323,13 @@ static enum us_status parse_rule(struct ctx *c, const cJSON *o,
 				 struct us_recipe_rule *r)
 {
 	static const char *const keys[] = { "from", "to", "drop", "require",
-		"split", "slice", "permute", "cast", "comment", NULL };
+		"split", "slice", "permute", "cast", "concat", "comment", NULL };
 	const cJSON *drop, *req, *to;
 
 	if (!cJSON_IsObject(o))
 		return bad(c, "%s is not an object", "the rule");
 	US_TRY(known_keys(c, o, keys, "transform or key"));
-	US_TRY(compile(c, cJSON_GetObjectItemCaseSensitive(o, "from"), "from", &r->from));
+	US_TRY(parse_from(c, o, r));
 	drop = cJSON_GetObjectItemCaseSensitive(o, "drop");
 	req = cJSON_GetObjectItemCaseSensitive(o, "require");
 	to = cJSON_GetObjectItemCaseSensitive(o, "to");
@@ -359,6 +431,9 @@ void us_recipe_free(struct us_recipe *r)
 		us_pattern_free(&r->rules[i].to);
 		free(r->rules[i].split_var);
 		free(r->rules[i].order);
+		for (size_t k = 0; k < r->rules[i].ncat; k++)
+			us_pattern_free(&r->rules[i].cat_from[k]);
+		free(r->rules[i].cat_from);
 	}
 	free(r->rules);
 	free(r->name);

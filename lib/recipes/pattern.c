@@ -149,3 +149,18 @@ bool us_pattern_format(const struct us_pattern *to, const struct us_pattern *fro
 	out[o] = '\0';
 	return true;
 }
+
+const struct us_pattern *us_rule_input_pattern(const struct us_recipe_rule *r,
+					       size_t k)
+{
+	return k == 0 ? &r->from : &r->cat_from[k - 1];
+}
+
+int us_rule_input(const struct us_recipe_rule *r, const char *name,
+		  struct us_capture *caps)
+{
+	for (size_t k = 0; k <= r->ncat; k++)
+		if (us_pattern_match(us_rule_input_pattern(r, k), name, caps))
+			return (int)k;
+	return -1;
+}

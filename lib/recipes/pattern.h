@@ -40,4 +40,16 @@ bool us_pattern_format(const struct us_pattern *to, const struct us_pattern *fro
 		       const struct us_capture *caps, const char *var,
 		       unsigned long long idx, char *out, size_t cap);
 
+/*
+ * us_rule_input - which input pattern of rule @r @name matches: 0 for
+ * "from", k + 1 for a concat's k-th further input, -1 for none.  Fills
+ * @caps as us_pattern_match does.
+ */
+int us_rule_input(const struct us_recipe_rule *r, const char *name,
+		  struct us_capture *caps);
+
+/* us_rule_input_pattern - input @k of @r (as us_rule_input numbers them). */
+const struct us_pattern *us_rule_input_pattern(const struct us_recipe_rule *r,
+					       size_t k);
+
 #endif /* US_RECIPE_PATTERN_H */

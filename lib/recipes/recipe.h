@@ -13,6 +13,9 @@
  *           RoPE row reorder of torchtitan's to_hf (Meta's interleaved
  *           pairs -> Hugging Face's halves) per head of head_dim rows;
  *   cast    present the tensor as another float dtype (reads convert).
+ * or, instead of split/slice/permute, concatenates several source tensors
+ * (one per "from" pattern, all with the same captures) along a dim:
+ *   concat  the inputs' chunks, shifted along the dim, as one tensor.
  * Every transform is a rewrite of the chunk list (model.h): new boxes,
  * offsets and strides over the same source extents.  No tensor byte is
  * read at mount or held in memory, and the views serve the result through
@@ -57,6 +60,10 @@ struct us_recipe_rule {
 	uint64_t head_dim;       /* 0 with rope: from config.json */
 	bool has_cast;
 	enum us_dtype cast;
+	bool has_concat;
+	uint32_t cat_dim;
+	struct us_pattern *cat_from; /* the inputs after "from", in order */
+	size_t ncat;
 };
 
 struct us_recipe {

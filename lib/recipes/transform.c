@@ -170,3 +170,61 @@ enum us_status us_rule_layout(const struct us_recipe_rule *r,
 	}
 	return US_OK;
 }
+
+/* Input @b against the first, @a: what a concat along @dim needs. */
+static enum us_status concat_fits(struct us_rule_ref ref, uint32_t dim,
+				  const struct us_tensor *a,
+				  const struct us_tensor *b, struct us_err *err)
+{
+	char sa[256], sb[256];
+	bool same = a->ndim == b->ndim;
+
+	if (dim >= b->ndim)
+		return refuse(ref, b, b->ndim, b->shape, err,
+			      "concat's dim is not a dimension of it");
+	for (uint32_t k = 0; same && k < a->ndim; k++)
+		same = k == dim || a->shape[k] == b->shape[k];
+	if (!same)
+		return us_err_set(err, US_E_UNSUPPORTED, ref.recipe, "rule %zu: "
+				  "concat along dim %u: '%s' %s and '%s' %s "
+				  "differ off that dim", ref.rule, dim, a->name,
+				  shape_str(a->ndim, a->shape, sa, sizeof(sa)),
+				  b->name, shape_str(b->ndim, b->shape, sb, sizeof(sb)));
+	if (a->dtype != b->dtype)
+		return us_err_set(err, US_E_UNSUPPORTED, ref.recipe, "rule %zu: "
+				  "concat: '%s' is %s and '%s' is %s (one dtype; "
+				  "a cast applies to the result)", ref.rule,
+				  a->name, us_dtype_name(a->dtype), b->name,
+				  us_dtype_name(b->dtype));
+	return US_OK;
+}
+
+enum us_status us_concat_layout(const struct us_recipe_rule *r,
+				struct us_rule_ref ref,
+				const struct us_tensor *const *in, size_t n,
+				struct us_layout *l, struct us_err *err)
+{
+	const char *path = in[0]->decl_path ? in[0]->decl_path : ref.recipe;
+	struct us_layout *parts = calloc(n, sizeof(*parts));
+	enum us_status rc = parts ? US_OK : US_E_NOMEM;
+	size_t made = 0;
+	bool joining = false;
+
+	for (size_t k = 0; rc == US_OK && k < n; k++)
+		rc = concat_fits(ref, r->cat_dim, in[0], in[k], err);
+	for (; rc == US_OK && made < n; made++)
+		rc = us_layout_from(in[made], &parts[made], path, err);
+	if (rc == US_OK) {
+		joining = true;
+		rc = us_layout_cat(l, parts, n, r->cat_dim);
+	}
+	for (size_t k = 0; k < made; k++)
+		us_layout_free(&parts[k]);
+	free(parts);
+	if (rc == US_E_NOMEM)
+		return us_err_set(err, rc, path, "out of memory");
+	if (rc == US_E_FORMAT && joining)
+		return us_err_set(err, rc, path, "rule %zu: concat of '%s': dim %u "
+				  "overflows", ref.rule, in[0]->name, r->cat_dim);
+	return rc;
+}

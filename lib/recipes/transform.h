@@ -29,4 +29,15 @@ enum us_status us_rule_check(const struct us_recipe_rule *r,
 			     struct us_rule_ref ref, const struct us_tensor *t,
 			     uint64_t head_dim, struct us_err *err);
 
+/*
+ * us_concat_layout - the layout of concat rule @r's output from its @n
+ * inputs @in (in the rule's order): their chunks joined along the dim.
+ * Inputs whose dtypes differ, whose ndim lacks the dim, or whose shapes
+ * disagree off it are a refusal naming the rule and both tensors.
+ */
+enum us_status us_concat_layout(const struct us_recipe_rule *r,
+				struct us_rule_ref ref,
+				const struct us_tensor *const *in, size_t n,
+				struct us_layout *l, struct us_err *err);
+
 #endif /* US_RECIPE_TRANSFORM_H */

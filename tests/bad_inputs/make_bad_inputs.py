@@ -1510,6 +1510,48 @@ def recipe_required_rule_unmatched(root):
          "require": True}), "a required rule that matches nothing (another model's recipe)")
 
 
+WK = "layers.{i}.attention.qkv_linear.wk.weight"
+WV = "layers.{i}.attention.qkv_linear.wv.weight"
+
+
+def concat_qkv(rules, inputs, dim=0, keep=()):
+    """Replace the wq/wk/wv rules (but those in @keep) by one concat of @inputs."""
+    rules[:] = [r for r in rules if r["from"] not in {WQ, WK, WV} - set(keep)]
+    rules.append({"from": inputs, "to": "model.layers.{i}.self_attn.qkv_proj.weight",
+                  "concat": {"dim": dim}})
+
+
+@case
+def recipe_concat_shapes_differ(root):
+    return recipe_case(root, lambda r: concat_qkv(r, [WQ, WK, WV], dim=1),
+                       "a concat along dim 1 of [32,32] and [16,32] (rows differ)")
+
+
+@case
+def recipe_concat_input_missing(root):
+    return recipe_case(root, lambda r: concat_qkv(
+        r, [WQ, WK, WV, "layers.{i}.attention.qkv_linear.wqkv.bias"]),
+        "a concat input the checkpoint lacks")
+
+
+@case
+def recipe_concat_input_used_twice(root):
+    return recipe_case(root, lambda r: concat_qkv(r, [WQ, WK, WV], keep=[WK]),
+                       "a concat input another rule also maps (served twice)")
+
+
+@case
+def recipe_concat_captures_differ(root):
+    return recipe_case(root, lambda r: concat_qkv(r, [WQ, "norm.weight"]),
+                       "concat inputs with different captures")
+
+
+@case
+def recipe_concat_from_not_list(root):
+    return recipe_case(root, lambda r: rule(r, "norm.weight").update(concat={"dim": 0}),
+                       "a concat of one input")
+
+
 # ---------------------------------------------------------------- driver
 
 def build(out, names=None):

@@ -16,6 +16,7 @@
 """
 import argparse
 import json
+import math
 import os
 import socket
 import struct
@@ -100,6 +101,74 @@ def make_deepspeed(out, gb, world=2, stage=2, hidden=4096):
     return layers * per
 
 
+def _tt_shapes(layers, dim, ffn, heads, kv, vocab):
+    """torchtitan 0.3.0 Llama 3 names and shapes (what the built-in recipe
+    torchtitan-llama3 maps): head_dim = dim / heads."""
+    hd = dim // heads
+    out = {"tok_embeddings.weight": (vocab, dim), "norm.weight": (dim,),
+           "lm_head.weight": (vocab, dim)}
+    for i in range(layers):
+        p = f"layers.{i}."
+        out.update({
+            p + "attention.qkv_linear.wq.weight": (dim, dim),
+            p + "attention.qkv_linear.wk.weight": (kv * hd, dim),
+            p + "attention.qkv_linear.wv.weight": (kv * hd, dim),
+            p + "attention.wo.weight": (dim, dim),
+            p + "feed_forward.w1.weight": (ffn, dim),
+            p + "feed_forward.w3.weight": (ffn, dim),
+            p + "feed_forward.w2.weight": (dim, ffn),
+            p + "attention_norm.weight": (dim,),
+            p + "ffn_norm.weight": (dim,)})
+    return out
+
+
+def _tt_worker(rank, world, port, out, shapes):
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    sd = {}
+    for name, shape in shapes.items():
+        # FSDP2's Shard(0): rows split evenly (the shapes are multiples of world)
+        local = torch.full((shape[0] // world,) + shape[1:], float(rank + 1))
+        stride = (shape[1], 1) if len(shape) == 2 else (1,)
+        sd[name] = DTensor.from_local(local, mesh, [Shard(0)], run_check=False,
+                                      shape=shape, stride=stride)
+    dcp.save({"model": sd}, checkpoint_id=out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def make_tt(out, gb=None, layers=None, dim=2048, ffn=5632, heads=16, kv=4, vocab=32000,
+            world=2):
+    """A torchtitan-like Llama 3 DCP checkpoint (FSDP2, @world ranks) of about @gb GB,
+    or of @layers layers, and beside it out + ".hf/config.json" (head_dim for the
+    recipe's RoPE permute).  Returns (bytes, number of tensors)."""
+    import torch.multiprocessing as mp
+    if layers is None:
+        per = sum(a * b for a, b in (s for s in _tt_shapes(1, dim, ffn, heads, kv, 0).values()
+                                     if len(s) == 2)) * 4
+        layers = max(1, round((gb * 1e9 - 2 * vocab * dim * 4) / per))
+    shapes = _tt_shapes(layers, dim, ffn, heads, kv, vocab)
+    os.makedirs(out, exist_ok=True)
+    os.makedirs(out + ".hf", exist_ok=True)
+    with open(os.path.join(out + ".hf", "config.json"), "w") as f:
+        json.dump({"model_type": "llama", "hidden_size": dim, "num_attention_heads": heads,
+                   "num_key_value_heads": kv, "head_dim": dim // heads,
+                   "intermediate_size": ffn, "num_hidden_layers": layers,
+                   "vocab_size": vocab}, f)
+    mp.start_processes(_tt_worker, args=(world, _free_port(), out, shapes),
+                       nprocs=world, start_method="fork")
+    n = sum(math.prod(s) for s in shapes.values()) * 4
+    return n, len(shapes)
+
+
 def make_st(out, n, numel=16):
     hdr = {"__metadata__": {"format": "pt"}}
     nb = numel * 4
@@ -128,6 +197,10 @@ def main():
     s = sub.add_parser("st")
     s.add_argument("out")
     s.add_argument("--tensors", type=int, required=True)
+    t = sub.add_parser("tt")
+    t.add_argument("out")
+    t.add_argument("--gb", type=float)
+    t.add_argument("--layers", type=int)
     z = sub.add_parser("deepspeed")
     z.add_argument("out")
     z.add_argument("--gb", type=float, required=True)
@@ -137,6 +210,8 @@ def main():
     a = ap.parse_args()
     if a.cmd == "dcp":
         print(make_dcp(a.out, a.gb, a.world, a.shard, a.cols, a.transposed))
+    elif a.cmd == "tt":
+        print(make_tt(a.out, a.gb, a.layers))
     elif a.cmd == "deepspeed":
         print(make_deepspeed(a.out, a.gb, a.world, a.stage, a.hidden))
     else:

@@ -246,3 +246,116 @@ def test_dash_o_forms():
     with mount(ckpt("llama3"), "-o", f"recipe=torchtitan-llama3,overlay={overlay('llama3')}") as mnt:
         assert "model.layers.0.self_attn.q_proj.weight" in os.listdir(os.path.join(mnt, "tensors"))
         assert os.path.isfile(os.path.join(mnt, "config.json"))
+
+
+QKV = ["layers.{i}.attention.qkv_linear.w%s.weight" % p for p in "qkv"]
+FFN = ["layers.{i}.feed_forward.w%s.weight" % p for p in "13"]
+WO_W2 = ["layers.{i}.attention.wo.weight", "layers.{i}.feed_forward.w2.weight"]
+
+
+def concat_recipe(tmp_path):
+    """The Llama 3 built-in with q/k/v fused along dim 0 (one chunk each), w1/w3 along
+    dim 0 (two chunks each: FSDP shards), and wo/w2 along dim 1, cast to F16 (chunks cut
+    the other dim)."""
+    with open(os.path.join(DOCS, "torchtitan-llama3.json")) as f:
+        rec = json.load(f)
+    used = set(QKV + FFN + WO_W2)
+    rec["rules"] = [r for r in rec["rules"] if r["from"] not in used]
+    rec["rules"] += [
+        {"from": QKV, "to": "model.layers.{i}.self_attn.qkv_proj.weight", "concat": {"dim": 0}},
+        {"from": FFN, "to": "model.layers.{i}.mlp.gate_up_proj.weight", "concat": {"dim": 0}},
+        {"from": WO_W2, "to": "model.layers.{i}.wo_w2", "concat": {"dim": 1}, "cast": "F16"},
+    ]
+    p = tmp_path / "concat.json"
+    p.write_text(json.dumps(rec))
+    return p
+
+
+def test_concat_equals_torch_cat(tmp_path):
+    """Each concat output equals torch.cat of its sources (as torchtitan stored them),
+    in every view; inspect names the first input as its source."""
+    import torch
+    from safetensors import safe_open
+    sd, _hf = reference("llama3")
+    want = {}
+    for i in (0, 1):
+        src = lambda pats: [sd[p.replace("{i}", str(i))] for p in pats]  # noqa: E731
+        want[f"model.layers.{i}.self_attn.qkv_proj.weight"] = torch.cat(src(QKV), 0)
+        want[f"model.layers.{i}.mlp.gate_up_proj.weight"] = torch.cat(src(FFN), 0)
+        want[f"model.layers.{i}.wo_w2"] = torch.cat(src(WO_W2), 1).to(torch.float16)
+    rp = concat_recipe(tmp_path)
+    with mount(ckpt("llama3"), f"--recipe={rp}", f"--overlay={overlay('llama3')}") as mnt:
+        with safe_open(os.path.join(mnt, "model.safetensors"), framework="pt") as f:
+            for k, v in want.items():
+                assert f.get_tensor(k).dtype == v.dtype, k
+                assert list(f.get_tensor(k).shape) == list(v.shape), k
+                assert tensor_bytes(f.get_tensor(k)) == tensor_bytes(v), k
+        binsd = torch.load(os.path.join(mnt, "pytorch_model.bin"), weights_only=True)
+        for k, v in want.items():
+            assert tensor_bytes(binsd[k]) == tensor_bytes(v), k
+            with open(os.path.join(mnt, "tensors", k), "rb") as f:
+                assert f.read() == tensor_bytes(v), k
+        assert not any("qkv_linear" in k or "feed_forward" in k for k in binsd)
+    r = run_cli("inspect", "--json", f"--recipe={rp}", f"--overlay={overlay('llama3')}",
+                ckpt("llama3"))
+    assert r.returncode == 0, r.stderr
+    by = {t["name"]: t for t in json.loads(r.stdout)["tensors"]}
+    assert by["model.layers.1.self_attn.qkv_proj.weight"]["source_names"] == \
+        ["layers.1.attention.qkv_linear.wq.weight"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_export_with_overlay_loads(name, tmp_path):
+    """export --recipe --overlay CKPT OUT/ writes a directory from_pretrained loads,
+    every parameter found, each equal to the same model loaded from the mount; the
+    files are the mount's (model.safetensors byte for byte, config.json the overlay's)."""
+    import filecmp
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+
+    def load(d):
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(
+            d, output_loading_info=True, dtype=torch.float32)
+        assert not any(info.values()), (d, info)  # missing, unexpected, mismatched
+        params = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        del model  # from the mount: its weights map model.safetensors
+        gc.collect()
+        return params
+
+    out = tmp_path / "out"
+    r = run_cli("export", *recipe_opts(name), ckpt(name), f"{out}/")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert filecmp.cmp(out / "config.json", os.path.join(overlay(name), "config.json"),
+                       shallow=False)
+    with mount(ckpt(name), *recipe_opts(name)) as mnt:
+        assert sorted(os.listdir(out)) == sorted(
+            f for f in os.listdir(mnt) if f not in ("pytorch_model.bin", "tensors"))
+        assert filecmp.cmp(out / "model.safetensors", os.path.join(mnt, "model.safetensors"),
+                           shallow=False)
+        want = load(mnt)
+    got = load(str(out))
+    assert set(got) == set(want)
+    for k, v in got.items():
+        assert tensor_bytes(v) == tensor_bytes(want[k]), k
+    # transformers fuses MoE experts as it loads; a dense model's names are the files'
+    served = load_file(out / "model.safetensors")
+    if name == "llama3":
+        assert set(got) == served_names(name, served)
+        for k, v in got.items():
+            assert tensor_bytes(v) == tensor_bytes(expected(name, served, k)), k
+
+
+def test_export_overlay_needs_a_directory(tmp_path):
+    """--overlay adds files: stdout or an existing file as OUT is a usage error (1), as a
+    missing overlay directory is; nothing is written."""
+    f = tmp_path / "m.safetensors"
+    f.write_text("")
+    for out in ("-", str(f)):
+        r = run_cli("export", *recipe_opts("llama3"), ckpt("llama3"), out)
+        assert r.returncode == 1 and "--overlay" in r.stderr, (out, r.stderr)
+        assert len(r.stderr.splitlines()) == 1 and r.stdout == ""
+    r = run_cli("export", "--recipe=torchtitan-llama3", f"--overlay={tmp_path}/nope",
+                ckpt("llama3"), f"{tmp_path}/o/")
+    assert r.returncode == 1 and "--overlay" in r.stderr, r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["m.safetensors"]

@@ -1,6 +1,7 @@
 /* test_recipes.c - recipe patterns, parsing and the chunk rewrites
  * (recipes/recipe.h): every output element must read the source element
  * the transform names, across chunk boundaries. */
+#include <stdio.h>
 #include <string.h>
 
 #include "harness.h"
@@ -174,6 +175,88 @@ static void test_split_slice_order(void)
 	us_sd_free(sd);
 }
 
+/* Two inputs [6,4] (chunks of 4 rows) and [3,4] (one chunk) along dim 0,
+ * then [6,4] and [6,2] along dim 1: each output element reads its input's
+ * element; inputs that disagree off the dim, or in dtype, are refused. */
+static void test_concat(void)
+{
+	struct us_statedict *sd = us_sd_new();
+	struct us_tensor *a = make(sd, 6, 4, 4), *b = make(sd, 3, 4, 3);
+	struct us_tensor *c = make(sd, 6, 2, 6);
+	const struct us_tensor *in[2] = { a, b };
+	struct us_recipe_rule r = { .has_concat = true, .cat_dim = 0 };
+	struct us_rule_ref ref = { "t", 4 };
+	struct us_layout l;
+	struct us_err err = {0};
+
+	b->chunks[0].src.offset = 1000 * 4; /* b's elements from 1000 on */
+	c->chunks[0].src.offset = 2000 * 4;
+	CHECK(us_concat_layout(&r, ref, in, 2, &l, &err) == US_OK);
+	CHECK(l.shape[0] == 9 && l.shape[1] == 4 && l.nchunks == 3);
+	for (uint64_t row = 0; row < 9; row++)
+		for (uint64_t col = 0; col < 4; col++) {
+			uint64_t idx[2] = { row, col };
+			int64_t want = row < 6 ? (int64_t)(row * 4 + col)
+					       : (int64_t)(1000 + (row - 6) * 4 + col);
+
+			CHECK(source_of(&l, idx) == want);
+		}
+	us_layout_free(&l);
+	in[1] = c;
+	CHECK(us_concat_layout(&r, ref, in, 2, &l, &err) == US_E_UNSUPPORTED);
+	CHECK(strstr(err.msg, "t: rule 4: concat along dim 0: 't' [6,4] and 't' "
+		     "[6,2] differ off that dim"));
+	r.cat_dim = 1;
+	CHECK(us_concat_layout(&r, ref, in, 2, &l, &err) == US_OK);
+	CHECK(l.shape[0] == 6 && l.shape[1] == 6);
+	for (uint64_t row = 0; row < 6; row++)
+		for (uint64_t col = 0; col < 6; col++) {
+			uint64_t idx[2] = { row, col };
+			int64_t want = col < 4 ? (int64_t)(row * 4 + col)
+					       : (int64_t)(2000 + row * 2 + col - 4);
+
+			CHECK(source_of(&l, idx) == want);
+		}
+	us_layout_free(&l);
+	c->dtype = US_DT_BF16;
+	CHECK(us_concat_layout(&r, ref, in, 2, &l, &err) == US_E_UNSUPPORTED);
+	CHECK(strstr(err.msg, "rule 4: concat: 't' is F32 and 't' is BF16"));
+	r.cat_dim = 2;
+	CHECK(us_concat_layout(&r, ref, in, 2, &l, &err) == US_E_UNSUPPORTED);
+	CHECK(strstr(err.msg, "concat's dim is not a dimension of it"));
+	us_sd_free(sd);
+}
+
+static void test_concat_parse(void)
+{
+	struct us_err err = {0};
+	const char *head = "{\"unshardfs_recipe\":1,\"rules\":[";
+	char buf[512];
+
+#define CAT(rule) (snprintf(buf, sizeof(buf), "%s%s]}", head, rule), parse(buf, &err))
+	CHECK(CAT("{\"from\":[\"a.{i}.q\",\"a.{i}.k\"],\"to\":\"b.{i}.qk\","
+		  "\"concat\":{\"dim\":0},\"cast\":\"BF16\"}") == US_OK);
+	CHECK(CAT("{\"from\":[\"a.{i}.q\",\"a.k\"],\"to\":\"b.{i}\","
+		  "\"concat\":{\"dim\":0}}") == US_E_FORMAT &&
+	      strstr(err.msg, "rule 1: concat's input 2 'a.k' does not have the same captures"));
+	CHECK(CAT("{\"from\":[\"a.q\",\"a.q\"],\"to\":\"b\",\"concat\":{\"dim\":0}}")
+	      == US_E_FORMAT && strstr(err.msg, "given twice"));
+	CHECK(CAT("{\"from\":[\"a.q\"],\"to\":\"b\",\"concat\":{\"dim\":0}}")
+	      == US_E_FORMAT && strstr(err.msg, "2 or more"));
+	CHECK(CAT("{\"from\":\"a.q\",\"to\":\"b\",\"concat\":{\"dim\":0}}")
+	      == US_E_FORMAT && strstr(err.msg, "2 or more"));
+	CHECK(CAT("{\"from\":[\"a.q\",\"a.k\"],\"to\":\"b\"}") == US_E_FORMAT &&
+	      strstr(err.msg, "only with \"concat\""));
+	CHECK(CAT("{\"from\":[\"a.q\",\"a.k\"],\"to\":\"b\",\"concat\":{\"dim\":0},"
+		  "\"slice\":{\"dim\":0,\"start\":0,\"stop\":1}}") == US_E_FORMAT &&
+	      strstr(err.msg, "concat takes no split"));
+	CHECK(CAT("{\"from\":[\"a.q\",\"a.k\"],\"to\":\"b\",\"concat\":{\"axis\":0}}")
+	      == US_E_FORMAT && strstr(err.msg, "unknown key of \"concat\" 'axis'"));
+	CHECK(CAT("{\"from\":[\"a.q\",\"a.k\"],\"drop\":true,\"concat\":{\"dim\":0}}")
+	      == US_E_FORMAT);
+#undef CAT
+}
+
 int main(void)
 {
 	RUN(test_patterns);
@@ -181,5 +264,7 @@ int main(void)
 	RUN(test_parse_errors);
 	RUN(test_rope_permute);
 	RUN(test_split_slice_order);
+	RUN(test_concat);
+	RUN(test_concat_parse);
 	TEST_MAIN_END();
 }
