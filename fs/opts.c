@@ -3,6 +3,7 @@
 #include "source/canon.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -367,47 +368,10 @@ static int set_umask(struct us_opts *o, const char *v)
 	return 0;
 }
 
-/* Flags: @v is NULL. */
-static int set_no_unwrap(struct us_opts *o, const char *v)
-{
-	(void)v;
-	return o->no_unwrap = true, 0;
-}
-
-static int set_help(struct us_opts *o, const char *v)
-{
-	(void)v;
-	return o->help = true, 0;
-}
-
-static int set_version(struct us_opts *o, const char *v)
-{
-	(void)v;
-	return o->version = true, 0;
-}
-
-static int set_json(struct us_opts *o, const char *v)
-{
-	(void)v;
-	return o->json = true, 0;
-}
-
-static int set_force(struct us_opts *o, const char *v)
-{
-	(void)v;
-	return o->force = true, 0;
-}
-
-static int set_optimizer(struct us_opts *o, const char *v)
-{
-	(void)v;
-	return o->optimizer = true, 0;
-}
-
 /*
- * Every long option, once: whether it takes a value (then --NAME=VALUE,
- * --NAME VALUE and -o NAME=VALUE all reach the same setter), and where it
- * may appear.  -o only: the fstab/sshfs way (uid=, gid=, umask=).
+ * Every long option, once: its setter when it takes a value (then
+ * --NAME=VALUE, --NAME VALUE and -o NAME=VALUE all reach it) or the flag it
+ * sets, and where it may appear.  -o only: the fstab/sshfs way (uid=, gid=, umask=).
  */
 enum {
 	AT_MOUNT = 1u << 0,
@@ -418,39 +382,53 @@ enum {
 	NOT_DASH_O = 1u << 4,  /* --NAME only */
 };
 
+/* A valued option calls its setter; a flag (no value) sets the bool at
+ * this offset of struct us_opts. */
+#define SET(fn) fn, 0
+#define FLAG(field) NULL, offsetof(struct us_opts, field)
+
 static const struct opt_def {
 	const char *name; /* without the "--" */
-	bool valued;
 	unsigned where;
-	int (*set)(struct us_opts *o, const char *v);
+	int (*set)(struct us_opts *o, const char *v); /* NULL: a flag */
+	size_t flag;
 } opt_table[] = {
-	{"format", true, AT_ALL, set_format},
-	{"no-unwrap", false, AT_ALL, set_no_unwrap},
-	{"strip-prefix", true, AT_ALL, set_strip_prefix},
-	{"dtype", true, AT_ALL, set_dtype},
-	{"device", true, AT_ALL, set_device},
-	{"cache-size", true, AT_ALL, set_cache_size},
-	{"ties", true, AT_ALL, set_ties},
-	{"deepspeed-weights", true, AT_ALL, set_ds_weights},
-	{"max-shard-size", true, AT_ALL, set_max_shard_size},
-	{"direct-io", true, AT_ALL, set_direct_io},
-	{"recipe", true, AT_ALL, set_recipe},
-	{"overlay", true, AT_ALL, set_overlay},
-	{"views", true, AT_MOUNT, set_views},
-	{"view", true, AT_EXPORT, set_view},
-	{"uid", true, AT_MOUNT | DASH_O_ONLY, set_uid},
-	{"gid", true, AT_MOUNT | DASH_O_ONLY, set_gid},
-	{"umask", true, AT_MOUNT | DASH_O_ONLY, set_umask},
-	{"help", false, AT_ALL | NOT_DASH_O, set_help},
-	{"version", false, AT_ALL | NOT_DASH_O, set_version},
-	{"json", false, AT_INSPECT | NOT_DASH_O, set_json},
-	{"force", false, AT_EXPORT | NOT_DASH_O, set_force},
-	{"optimizer", false, AT_EXPORT | NOT_DASH_O, set_optimizer},
+	{"format", AT_ALL, SET(set_format)},
+	{"no-unwrap", AT_ALL, FLAG(no_unwrap)},
+	{"strip-prefix", AT_ALL, SET(set_strip_prefix)},
+	{"dtype", AT_ALL, SET(set_dtype)},
+	{"device", AT_ALL, SET(set_device)},
+	{"cache-size", AT_ALL, SET(set_cache_size)},
+	{"ties", AT_ALL, SET(set_ties)},
+	{"deepspeed-weights", AT_ALL, SET(set_ds_weights)},
+	{"max-shard-size", AT_ALL, SET(set_max_shard_size)},
+	{"direct-io", AT_ALL, SET(set_direct_io)},
+	{"recipe", AT_ALL, SET(set_recipe)},
+	{"overlay", AT_ALL, SET(set_overlay)},
+	{"views", AT_MOUNT, SET(set_views)},
+	{"view", AT_EXPORT, SET(set_view)},
+	{"uid", AT_MOUNT | DASH_O_ONLY, SET(set_uid)},
+	{"gid", AT_MOUNT | DASH_O_ONLY, SET(set_gid)},
+	{"umask", AT_MOUNT | DASH_O_ONLY, SET(set_umask)},
+	{"help", AT_ALL | NOT_DASH_O, FLAG(help)},
+	{"version", AT_ALL | NOT_DASH_O, FLAG(version)},
+	{"json", AT_INSPECT | NOT_DASH_O, FLAG(json)},
+	{"force", AT_EXPORT | NOT_DASH_O, FLAG(force)},
+	{"optimizer", AT_EXPORT | NOT_DASH_O, FLAG(optimizer)},
 };
 
 static unsigned command_of(const struct us_opts *o)
 {
 	return o->inspect ? AT_INSPECT : o->export_cmd ? AT_EXPORT : AT_MOUNT;
+}
+
+/* Apply entry @d with value @v (NULL for a flag): 0 or -1. */
+static int opt_apply(struct us_opts *o, const struct opt_def *d, const char *v)
+{
+	if (d->set)
+		return d->set(o, v);
+	*(bool *)((char *)o + d->flag) = true;
+	return 0;
 }
 
 /* The entry named @name (@len bytes) for this command and form, or NULL. */
@@ -481,14 +459,14 @@ static int parse_long(struct us_opts *o, int argc, char **argv, int *i)
 
 	if (!d)
 		return 1;
-	if (!d->valued)
+	if (!d->set) /* a flag */
 		return eq ? usage_error("--%s takes no value", d->name)
-			  : d->set(o, NULL);
+			  : opt_apply(o, d, NULL);
 	if (eq)
-		return d->set(o, eq + 1);
+		return opt_apply(o, d, eq + 1);
 	if (*i + 1 >= argc)
 		return usage_error("%s needs a value", a);
-	return d->set(o, argv[++*i]);
+	return opt_apply(o, d, argv[++*i]);
 }
 
 /* Options only mount(8), mount.fuse3 or systemd act on (fstab's fourth
@@ -543,10 +521,10 @@ static int unshardfs_opt(struct us_opts *o, const char *item)
 	d = opt_find(o, name, len, true);
 	if (!d)
 		return 1;
-	if (d->valued != !!eq)
-		return usage_error(d->valued ? "-o %s needs a value (-o %s=...)"
+	if (!d->set != !eq)
+		return usage_error(d->set ? "-o %s needs a value (-o %s=...)"
 				   : "-o %s takes no value", d->name, d->name);
-	return d->set(o, eq ? eq + 1 : NULL);
+	return opt_apply(o, d, eq ? eq + 1 : NULL);
 }
 
 /* Copy @s (@n bytes) and a NUL into o->store; NULL when it is full. */
