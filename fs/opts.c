@@ -371,7 +371,8 @@ static int set_umask(struct us_opts *o, const char *v)
 /*
  * Every long option, once: its setter when it takes a value (then
  * --NAME=VALUE, --NAME VALUE and -o NAME=VALUE all reach it) or the flag it
- * sets, and where it may appear.  -o only: the fstab/sshfs way (uid=, gid=, umask=).
+ * sets, and where it may appear.  -o only: the fstab/sshfs way (uid=,
+ * gid=, umask=).
  */
 enum {
 	AT_MOUNT = 1u << 0,
