@@ -17,19 +17,6 @@
 
 #define HINT_NAMES 3 /* subdirectories named before "and N more" */
 
-static const struct us_reader *const readers[] = {
-	&us_reader_safetensors, &us_reader_torch, &us_reader_dcp,
-	&us_reader_deepspeed, &us_reader_ds_universal,
-};
-
-static bool probes(int dirfd)
-{
-	for (size_t i = 0; i < sizeof(readers) / sizeof(*readers); i++)
-		if (readers[i]->probe(dirfd, NULL))
-			return true;
-	return false;
-}
-
 /* Is @name under @dirfd a directory that a reader recognises? */
 static bool sub_probes(int dirfd, const char *name)
 {
@@ -38,7 +25,7 @@ static bool sub_probes(int dirfd, const char *name)
 
 	if (d < 0)
 		return false;
-	yes = probes(d);
+	yes = us_source_probe(d);
 	close(d);
 	return yes;
 }

@@ -40,6 +40,11 @@ static const struct us_reader *pick_reader(const char *format, int dirfd,
 	return NULL;
 }
 
+bool us_source_probe(int dirfd)
+{
+	return pick_reader(NULL, dirfd, NULL) != NULL;
+}
+
 /* Split @path into an opened parent directory and a base name (*@base
  * set only when the directory opened; -1 with errno otherwise). */
 static int open_parent(const char *path, char **base)

@@ -68,6 +68,10 @@ enum us_status us_source_open(const char *path,
 			      struct us_statedict **out, int *dirfd_out,
 			      struct us_err *err);
 
+/* us_source_probe - does any reader's probe accept the directory @dirfd
+ * (names and headers only, as us_source_open picks its reader)? */
+bool us_source_probe(int dirfd);
+
 /* us_dirlist - the sorted entry names of @dirfd (without . and ..). */
 enum us_status us_dirlist(int dirfd, char ***names, size_t *n);
 void us_dirlist_free(char **names, size_t n);
