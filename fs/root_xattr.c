@@ -8,11 +8,8 @@
 #include "recipes/recipe.h"
 #include "source/canon.h"
 
-#define X_SOURCE "user.unshardfs.source"
-#define X_OPTIONS "user.unshardfs.options"
-#define X_IDENTITY "user.unshardfs.identity"
-
-const char us_root_xattr_list[] = X_SOURCE "\0" X_OPTIONS "\0" X_IDENTITY;
+const char us_root_xattr_list[] = US_XATTR_ROOT_SOURCE "\0"
+	US_XATTR_ROOT_OPTIONS "\0" US_XATTR_ROOT_IDENTITY;
 const size_t us_root_xattr_list_len = sizeof(us_root_xattr_list);
 
 /* @spec as the loader must see it: a recipe file or overlay directory
@@ -74,11 +71,11 @@ const char *us_root_xattr(const struct us_root_xattrs *x, const char *name,
 
 	if (!x || !x->source)
 		return NULL;
-	if (!strcmp(name, X_SOURCE))
+	if (!strcmp(name, US_XATTR_ROOT_SOURCE))
 		v = x->source;
-	else if (!strcmp(name, X_OPTIONS))
+	else if (!strcmp(name, US_XATTR_ROOT_OPTIONS))
 		v = x->options;
-	else if (!strcmp(name, X_IDENTITY))
+	else if (!strcmp(name, US_XATTR_ROOT_IDENTITY))
 		v = x->identity;
 	if (v)
 		*len = strlen(v);

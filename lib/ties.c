@@ -13,19 +13,27 @@
 
 #define PROOF_BUF (1u << 20)
 
+/* The one spelling of each mode: --ties and the canonical options. */
+static const char *const mode_names[] = {
+	[US_TIES_AUTO] = "auto", [US_TIES_DECLARED] = "declared",
+	[US_TIES_OFF] = "off", [US_TIES_EQUAL] = "equal",
+};
+
 bool us_ties_mode_parse(const char *s, enum us_ties_mode *out)
 {
-	if (!strcmp(s, "auto"))
-		*out = US_TIES_AUTO;
-	else if (!strcmp(s, "declared"))
-		*out = US_TIES_DECLARED;
-	else if (!strcmp(s, "off"))
-		*out = US_TIES_OFF;
-	else if (!strcmp(s, "equal"))
-		*out = US_TIES_EQUAL;
-	else
-		return false;
-	return true;
+	for (size_t i = 0; i < sizeof(mode_names) / sizeof(*mode_names); i++) {
+		if (strcmp(s, mode_names[i]) == 0) {
+			*out = (enum us_ties_mode)i;
+			return true;
+		}
+	}
+	return false;
+}
+
+const char *us_ties_mode_name(enum us_ties_mode mode)
+{
+	assert((size_t)mode < sizeof(mode_names) / sizeof(*mode_names));
+	return mode_names[mode];
 }
 
 static int cmp_u64(uint64_t a, uint64_t b)

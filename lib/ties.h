@@ -41,6 +41,8 @@ enum us_ties_mode {
 
 /* us_ties_mode_parse - "auto", "declared", "off" or "equal". */
 bool us_ties_mode_parse(const char *s, enum us_ties_mode *out);
+/* us_ties_mode_name - the spelling us_ties_mode_parse reads back. */
+const char *us_ties_mode_name(enum us_ties_mode mode);
 
 /*
  * us_ties_detect - set tie_of and nlinks on every tensor of the finalized

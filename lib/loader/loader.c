@@ -12,15 +12,12 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-#define MAX_THREADS 16
 
 /* The command-line words of @lo into @c (unset fields: the defaults). */
 static enum us_status opts_from_user(const struct us_loader_opts *lo,
 				     struct us_canon_opts *c, struct us_err *err)
 {
-	memset(c, 0, sizeof(*c));
-	c->so.ties = US_TIES_AUTO;
-	c->so.names.strip_prefix = c->strip;
+	us_canon_opts_init(c);
 	if (!lo)
 		return US_OK;
 	c->so.format = lo->format;
@@ -89,10 +86,10 @@ static enum us_status read_mount(struct us_loader *ld, const char *path,
 				 struct us_canon_opts *c, char **identity,
 				 struct us_err *err)
 {
-	char *opts = get_xattr(path, US_XATTR_OPTIONS);
+	char *opts = get_xattr(path, US_XATTR_ROOT_OPTIONS);
 	enum us_status rc;
 
-	*identity = get_xattr(path, US_XATTR_IDENTITY);
+	*identity = get_xattr(path, US_XATTR_ROOT_IDENTITY);
 	if (!opts || !*identity) {
 		rc = us_err_set(err, US_E_IO, path, "an unshardfs mount that "
 				"does not say its %s: %s", opts ? "identity"
@@ -176,8 +173,8 @@ static unsigned default_threads(const struct us_loader_opts *lo)
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 
 	if (lo && lo->threads)
-		return lo->threads < MAX_THREADS ? lo->threads : MAX_THREADS;
-	return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (unsigned)n;
+		return lo->threads < US_LOADER_MAX_THREADS ? lo->threads : US_LOADER_MAX_THREADS;
+	return n < 1 ? 1 : n > US_LOADER_MAX_THREADS ? US_LOADER_MAX_THREADS : (unsigned)n;
 }
 
 static enum us_status loader_init(struct us_loader *ld, const char *path,
@@ -189,7 +186,7 @@ static enum us_status loader_init(struct us_loader *ld, const char *path,
 	char *identity = NULL;
 	enum us_status rc;
 
-	ld->source = get_xattr(path, US_XATTR_SOURCE);
+	ld->source = get_xattr(path, US_XATTR_ROOT_SOURCE);
 	ld->mounted = ld->source != NULL;
 	if (!ld->mounted && !(ld->source = realpath(path, NULL)))
 		return us_err_set(err, US_E_IO, path, "cannot access SOURCE: %s",

@@ -6,6 +6,9 @@
 #include "source/canon.h"
 #include "unshardfs.h"
 
+/* Readers per call at most: the one cap (loader.c applies it). */
+#define US_LOADER_MAX_THREADS 16
+
 struct us_loader {
 	struct us_statedict *sd;
 	struct us_assembler *as; /* one for every thread: it is thread-safe */
@@ -15,10 +18,5 @@ struct us_loader {
 	char *source;            /* absolute */
 	char options[4096];      /* canonical (canon.h) */
 };
-
-/* Names of the root xattrs a mount answers (fs/root_xattr.c). */
-#define US_XATTR_SOURCE "user.unshardfs.source"
-#define US_XATTR_OPTIONS "user.unshardfs.options"
-#define US_XATTR_IDENTITY "user.unshardfs.identity"
 
 #endif /* US_LOADER_IMPL_H */

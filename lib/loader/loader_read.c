@@ -11,6 +11,7 @@
  */
 #include "loader_impl.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,7 +161,7 @@ enum us_status us_loader_read_many(struct us_loader *ld,
 				   struct us_err *err)
 {
 	struct batch b = { .ld = ld, .reqs = reqs, .n = n, .rc = US_OK };
-	pthread_t tid[16];
+	pthread_t tid[US_LOADER_MAX_THREADS];
 	uint64_t total = 0;
 	unsigned nt, started = 0;
 
@@ -170,7 +171,7 @@ enum us_status us_loader_read_many(struct us_loader *ld,
 	}
 	nt = (unsigned)((total + PIECE - 1) / PIECE);
 	nt = nt < ld->threads ? nt : ld->threads;
-	nt = nt < sizeof(tid) / sizeof(*tid) ? nt : sizeof(tid) / sizeof(*tid);
+	assert(nt <= US_LOADER_MAX_THREADS); /* ld->threads: loader.c caps it */
 	if (ld->hugepages)
 		advise_huge(reqs, n);
 	pthread_mutex_init(&b.lock, NULL);

@@ -40,11 +40,6 @@ bool us_ds_weights_parse(const char *v, enum us_ds_weights *out)
 	return false;
 }
 
-static const char *const ties_names[] = {
-	[US_TIES_AUTO] = "auto", [US_TIES_DECLARED] = "declared",
-	[US_TIES_OFF] = "off", [US_TIES_EQUAL] = "equal",
-};
-
 /* The one spelling of each cast target in the canonical string. */
 static const char *cast_name(const struct us_source_opts *o)
 {
@@ -100,7 +95,7 @@ size_t us_source_opts_canon(const struct us_source_opts *o, char *buf,
 	for (size_t i = 0; i < o->names.nstrip; i++)
 		put_kv(buf, cap, &n, "strip-prefix", o->names.strip_prefix[i]);
 	put_kv(buf, cap, &n, "dtype", cast_name(o));
-	put_kv(buf, cap, &n, "ties", ties_names[o->ties]);
+	put_kv(buf, cap, &n, "ties", us_ties_mode_name(o->ties));
 	put_kv(buf, cap, &n, "deepspeed-weights",
 	       o->ds_weights == US_DS_WEIGHTS_MODULE ? "module" : "fp32");
 	/* Only when given, so a mount without them says what it always did.
@@ -190,14 +185,19 @@ bad:
 			  v, k);
 }
 
+void us_canon_opts_init(struct us_canon_opts *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->so.ties = US_TIES_AUTO;
+	c->so.names.strip_prefix = c->strip;
+}
+
 enum us_status us_source_opts_decode(const char *s, struct us_canon_opts *c,
 				     struct us_err *err)
 {
 	size_t used = 0;
 
-	memset(c, 0, sizeof(*c));
-	c->so.ties = US_TIES_AUTO;
-	c->so.names.strip_prefix = c->strip;
+	us_canon_opts_init(c);
 	while (*s) {
 		const char *end = s + strcspn(s, ","), *eq = memchr(s, '=', (size_t)(end - s));
 		const char *k, *v;

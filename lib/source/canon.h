@@ -10,7 +10,8 @@
  *
  * The canonical string names every us_source_opts field that changes
  * names or bytes, always all of them, always in this order, values in one
- * spelling; strip-prefix appears once per prefix (none: absent):
+ * spelling; strip-prefix appears once per prefix (none: absent), then
+ * recipe= and overlay= only when given:
  *
  *   format=auto,no-unwrap=no,strip-prefix=model.,dtype=keep,ties=auto,
  *   deepspeed-weights=fp32
@@ -27,6 +28,13 @@
 #include <stddef.h>
 
 #include "source.h"
+
+/* The mount root's xattrs, read by the loader (fs/root_xattr.c answers):
+ * SOURCE's absolute path (the name a tensors/ file uses for its sources),
+ * the canonical options, the identity of the source files. */
+#define US_XATTR_ROOT_SOURCE "user.unshardfs.source"
+#define US_XATTR_ROOT_OPTIONS "user.unshardfs.options"
+#define US_XATTR_ROOT_IDENTITY "user.unshardfs.identity"
 
 #define US_CANON_MAX_STRIP 16
 
@@ -50,6 +58,9 @@ struct us_canon_opts {
 	const char *strip[US_CANON_MAX_STRIP];
 	char store[4096];
 };
+
+/* us_canon_opts_init - the defaults every option takes when unset. */
+void us_canon_opts_init(struct us_canon_opts *c);
 
 /*
  * us_source_opts_decode - parse the canonical string @s into @out.
