@@ -191,8 +191,13 @@ def load(path, device="cpu", dtype=None, names=None, shard=None, *, options=None
     dev = torch.device(device)
     use_ring = dev.type != "cpu" if staged is None else staged
     with Loader(path, options, threads, hugepages=hugepages and not use_ring) as ld:
-        plan = _plan(ld, names, shard)
-        outs = _read_staged(ld, plan, dev) if use_ring else _read_direct(ld, plan)
+        return _load(ld, dev, dtype, names, shard, use_ring)
+
+
+def _load(ld, dev, dtype, names, shard, use_ring):
+    """load()'s work on an opened Loader @ld."""
+    plan = _plan(ld, names, shard)
+    outs = _read_staged(ld, plan, dev) if use_ring else _read_direct(ld, plan)
     sd = {}
     for it, t in zip(plan, outs):
         if dtype is not None and t.is_floating_point() and t.dtype != dtype:
@@ -241,17 +246,19 @@ def load_into(model, path, strict=True, *, device=None, options=None, threads=0)
     if device is None:
         device = "cpu" if meta or not msd else next(iter(msd.values())).device
     groups = _tie_groups(model)
-    with Loader(path, options) as ld:
+    dev = torch.device(device)
+    # One open: each runs us_source_open, tie confirmation's reads included.
+    with Loader(path, options, threads) as ld:
         have = set(ld.index)
-    # Each group is filled from the first of its names the checkpoint has.
-    src_of = {}
-    for g in groups:
-        hit = next((n for n in g if n in have), None)
-        if hit is not None:
-            for n in g:
-                src_of[n] = hit
-    sd = load(path, device=device, names=sorted(set(src_of.values())), options=options,
-              threads=threads)
+        # Each group is filled from the first of its names the checkpoint has.
+        src_of = {}
+        for g in groups:
+            hit = next((n for n in g if n in have), None)
+            if hit is not None:
+                for n in g:
+                    src_of[n] = hit
+        sd = _load(ld, dev, None, sorted(set(src_of.values())), None,
+                   dev.type != "cpu")
     full, cast = {}, {}
     for n, src in src_of.items():
         t = sd[src]
