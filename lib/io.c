@@ -2,6 +2,8 @@
 #include "io.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 enum us_status us_pread_exact(int fd, void *buf, size_t len, uint64_t off)
@@ -29,6 +31,44 @@ enum us_status us_pread_exact(int fd, void *buf, size_t len, uint64_t off)
 		len -= (size_t)n;
 	}
 	return US_OK;
+}
+
+/* The open file @fd of us_read_small, checked and read whole. */
+static enum us_status read_whole(int fd, uint64_t max, char **text,
+				 size_t *len)
+{
+	struct stat st;
+	enum us_status rc;
+
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size > max)
+		return US_E_FORMAT;
+	if (!(*text = malloc((size_t)st.st_size + 1)))
+		return US_E_NOMEM;
+	rc = us_pread_exact(fd, *text, (size_t)st.st_size, 0);
+	if (rc != US_OK) {
+		free(*text);
+		*text = NULL;
+		return rc;
+	}
+	(*text)[st.st_size] = '\0';
+	*len = (size_t)st.st_size;
+	return US_OK;
+}
+
+enum us_status us_read_small(int dirfd, const char *name, uint64_t max,
+			     char **text, size_t *len)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	enum us_status rc;
+
+	*text = NULL;
+	*len = 0;
+	if (fd < 0)
+		return US_OK;
+	rc = read_whole(fd, max, text, len);
+	close(fd);
+	return rc;
 }
 
 static bool same_time(const struct timespec *a, const struct timespec *b)

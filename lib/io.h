@@ -18,6 +18,18 @@
 enum us_status us_pread_exact(int fd, void *buf, size_t len, uint64_t off);
 
 /*
+ * us_read_small - the whole of the regular file @name (relative to @dirfd,
+ * or AT_FDCWD) when it is at most @max bytes: malloc'ed, NUL-terminated, in
+ * *@text (*@len bytes).  Opened with O_NONBLOCK, so a FIFO under that name
+ * cannot hang a mount.  US_OK with *@text NULL when it cannot be opened
+ * (errno says why: absent is not an error for every caller); US_E_FORMAT
+ * for something other than a regular file, or one over @max; US_E_NOMEM;
+ * US_E_IO when reading it fails.
+ */
+enum us_status us_read_small(int dirfd, const char *name, uint64_t max,
+			     char **text, size_t *len);
+
+/*
  * us_same_file - is @now (a fresh fstat) still the file @was recorded at mount?
  * Device, inode, size, mtime and ctime must all match: an in-place rewrite can
  * restore the mtime (utime, rsync --inplace -t), but every write and every

@@ -222,30 +222,19 @@ static int gather_optim(const struct us_statedict *sd, struct us_tie_evidence *e
 
 /* ---- config.json ---------------------------------------------------------- */
 
-/* config.json's text, NUL-terminated; NULL when absent, odd or too big. */
+/* config.json's text, NUL-terminated; NULL when absent, empty, odd or
+ * too big (evidence only: never a refusal). */
 static char *read_config(int dirfd, size_t *len)
 {
-	struct stat st;
 	char *text = NULL;
-	int fd;
 
-	if (dirfd < 0)
+	if (dirfd < 0 ||
+	    us_read_small(dirfd, "config.json", MAX_CONFIG, &text, len) != US_OK)
 		return NULL;
-	/* O_NONBLOCK: a FIFO named config.json must not hang the mount */
-	fd = openat(dirfd, "config.json", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0)
-		return NULL;
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
-	    (uint64_t)st.st_size <= MAX_CONFIG && (text = malloc((size_t)st.st_size + 1))) {
-		*len = (size_t)st.st_size;
-		if (us_pread_exact(fd, text, *len, 0) != US_OK) {
-			free(text);
-			text = NULL;
-		} else {
-			text[*len] = '\0';
-		}
+	if (text && *len == 0) {
+		free(text);
+		text = NULL;
 	}
-	close(fd);
 	return text;
 }
 

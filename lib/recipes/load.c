@@ -5,8 +5,6 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "../io.h"
 
@@ -16,32 +14,20 @@
 static enum us_status read_file(const char *path, char **text, size_t *len,
 				struct us_err *err)
 {
-	struct stat st;
-	enum us_status rc;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	enum us_status rc = us_read_small(AT_FDCWD, path, MAX_RECIPE, text, len);
 
-	if (fd < 0)
+	if (rc == US_OK && !*text)
 		return us_err_set(err, US_E_USAGE, path, "not a built-in recipe (%s, "
 				  "%s, %s) and cannot be opened: %s",
 				  us_recipe_builtin_names[0], us_recipe_builtin_names[1],
 				  us_recipe_builtin_names[2], strerror(errno));
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-	    (uint64_t)st.st_size > MAX_RECIPE) {
-		close(fd);
+	if (rc == US_E_FORMAT)
 		return us_err_set(err, US_E_USAGE, path,
 				  "a recipe must be a regular file under 16 MiB");
-	}
-	*len = (size_t)st.st_size;
-	if (!(*text = malloc(*len + 1))) {
-		close(fd);
+	if (rc == US_E_NOMEM)
 		return us_err_set(err, US_E_NOMEM, path, "out of memory");
-	}
-	rc = us_pread_exact(fd, *text, *len, 0);
-	close(fd);
-	if (rc != US_OK) {
-		free(*text);
+	if (rc != US_OK)
 		return us_err_set(err, US_E_USAGE, path, "cannot be read");
-	}
 	return US_OK;
 }
 
