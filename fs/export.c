@@ -341,17 +341,7 @@ static int plan_optimizer(struct export *x, const struct us_statedict *sd)
 		       "state");
 		return EXIT_FAILED;
 	}
-	if (opt && opt->ntensors &&
-	    us_view_safetensors_named(opt, "optimizer.safetensors",
-				      &x->own[x->nown], &err) == US_OK)
-		x->nown++;
-	else if (opt && opt->ntensors)
-		return us_msg(LOG_ERR, "%s", err.msg), EXIT_FAILED;
-	if (sd->optim_json &&
-	    us_view_text_new("optimizer.json", sd->optim_json,
-			     &x->own[x->nown], &err) == US_OK)
-		x->nown++;
-	else if (sd->optim_json)
+	if (us_view_optimizer_new(sd, x->own, &x->nown, &err) != US_OK)
 		return us_msg(LOG_ERR, "%s", err.msg), EXIT_FAILED;
 	for (size_t i = 0; i < x->nown; i++)
 		if (add_file(x, out_path(x, x->own[i]->name), x->own[i],

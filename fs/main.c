@@ -142,8 +142,8 @@ static enum us_status add_model_views(struct mount_state *m, uint64_t max_shard,
 static enum us_status add_views(struct mount_state *m, const struct us_opts *o,
 				struct us_err *err)
 {
-	const struct us_statedict *opt = m->sd->optim;
-	struct us_view *v;
+	struct us_view *v, *ov[2];
+	size_t nov;
 	bool bin_only = o->export_cmd && o->view == US_EXPORT_BIN;
 
 	if (o->export_cmd ? !bin_only : (o->views & US_VIEW_SAFETENSORS))
@@ -163,15 +163,13 @@ static enum us_status add_views(struct mount_state *m, const struct us_opts *o,
 	}
 	if (o->export_cmd || !(o->views & US_VIEW_OPTIMIZER))
 		return US_OK;
-	if (opt && opt->ntensors) {
-		US_TRY(us_view_safetensors_named(opt, "optimizer.safetensors",
-						 &v, err));
-		US_TRY(add_view(m, v, err));
-	}
-	if (m->sd->optim_json) {
-		US_TRY(us_view_text_new("optimizer.json", m->sd->optim_json,
-					&v, err));
-		US_TRY(add_view(m, v, err));
+	US_TRY(us_view_optimizer_new(m->sd, ov, &nov, err));
+	for (size_t i = 0; i < nov; i++) {
+		if (add_view(m, ov[i], err) != US_OK) {
+			while (++i < nov) /* add_view freed ov[i] */
+				us_view_free(ov[i]);
+			return err->status;
+		}
 	}
 	return US_OK;
 }

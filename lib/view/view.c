@@ -82,3 +82,26 @@ void us_view_free(struct us_view *v)
 		v->ops->destroy(v);
 	free(v);
 }
+
+enum us_status us_view_optimizer_new(const struct us_statedict *sd,
+				     struct us_view *out[2], size_t *n,
+				     struct us_err *err)
+{
+	const struct us_statedict *opt = sd->optim;
+	enum us_status rc = US_OK;
+
+	*n = 0;
+	if (opt && opt->ntensors)
+		rc = us_view_safetensors_named(opt, "optimizer.safetensors",
+					       &out[(*n)++], err);
+	if (rc == US_OK && sd->optim_json)
+		rc = us_view_text_new("optimizer.json", sd->optim_json,
+				      &out[(*n)++], err);
+	if (rc != US_OK) {
+		/* the failed one made nothing: free those before it */
+		for (size_t i = 0; i + 1 < *n; i++)
+			us_view_free(out[i]);
+		*n = 0;
+	}
+	return rc;
+}

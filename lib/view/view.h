@@ -130,6 +130,16 @@ enum us_status us_view_safetensors_sharded(const struct us_statedict *sd,
 					   struct us_view ***out, size_t *nout,
 					   struct us_err *err);
 
+/*
+ * us_view_optimizer_new - the optimizer's files: optimizer.safetensors when
+ * the state dict has optimizer tensors, optimizer.json when it has
+ * non-tensor state, in that order, into @out (*@n of them, at most 2; none
+ * when there is no optimizer state).  On failure nothing is left made.
+ */
+enum us_status us_view_optimizer_new(const struct us_statedict *sd,
+				     struct us_view *out[2], size_t *n,
+				     struct us_err *err);
+
 /* A file whose bytes are @text, copied at mount (optimizer.json). */
 enum us_status us_view_text_new(const char *name, const char *text,
 				struct us_view **out, struct us_err *err);
