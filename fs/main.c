@@ -217,6 +217,7 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 			   .strip_prefix = o->strip_prefix,
 			   .nstrip = o->nstrip },
 		.progress = !o->quiet && isatty(STDERR_FILENO),
+		.recipe_hint = !o->quiet, /* printed below, or not looked for */
 	};
 	struct us_err err = {0};
 	struct stat root;
@@ -233,7 +234,7 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 	if (us_source_open(o->source, &so, &m->sd, &m->srcfd, &err) != US_OK)
 		return err.status == US_E_USAGE ? refuse(o, &err)
 						: refuse_source(o, &err);
-	if (m->sd->recipe_hint && !o->quiet)
+	if (m->sd->recipe_hint)
 		fprintf(stderr, "unshardfs: note: the tensor names fit the built-in "
 			"recipe %s: --recipe=%s serves Hugging Face's names and "
 			"layouts\n", m->sd->recipe_hint, m->sd->recipe_hint);

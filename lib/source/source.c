@@ -103,7 +103,8 @@ static enum us_status apply_recipe(struct us_statedict *sd,
 	enum us_status rc;
 
 	if (!spec) {
-		recipe_hint(sd);
+		if (opts && opts->recipe_hint)
+			recipe_hint(sd);
 		return US_OK;
 	}
 	if (strcmp(spec, "auto") == 0) {

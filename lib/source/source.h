@@ -24,6 +24,9 @@ struct us_source_opts {
 	struct us_names_opts names;
 	enum us_ties_mode ties;
 	bool progress;      /* report long work (confirming ties) on stderr */
+	bool recipe_hint;   /* without --recipe: find the built-in recipe that
+			     * would fit (sd->recipe_hint), for a note; it
+			     * matches every name against every built-in */
 	bool cast;          /* --dtype other than keep: present floats as... */
 	enum us_dtype cast_to;
 	enum us_ds_weights ds_weights;
