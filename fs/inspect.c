@@ -143,13 +143,10 @@ static void put_json_optimizer(struct us_sbuf *b, const struct us_statedict *sd)
 /* "passthrough": the files a mount serves as they are, with their sizes. */
 static void put_json_passthrough(struct us_sbuf *b, const struct us_pt_list *pt)
 {
-	bool first = true;
-
 	us_sbuf_puts(b, ",\"passthrough\":[");
 	for (size_t i = 0; i < pt->n; i++) {
-		if (!first)
+		if (i)
 			us_sbuf_putc(b, ',');
-		first = false;
 		us_sbuf_puts(b, "{\"path\":");
 		us_sbuf_json_str(b, pt->v[i].relpath);
 		us_sbuf_puts(b, ",\"bytes\":");
