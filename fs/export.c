@@ -296,14 +296,10 @@ static int plan_passthrough(struct export *x, const struct us_statedict *sd,
 {
 	struct us_err err = {0};
 
-	/* SOURCE one file: nothing beside it is ours, but --overlay's is */
-	if (x->srcfd >= 0 && us_pt_scan(x->srcfd, sd, &x->pt, &err) != US_OK) {
-		us_msg(LOG_ERR, "%s", err.msg);
-		return EXIT_FAILED;
-	}
 	/* The same files as the mount's (an overlay file replacing SOURCE's),
-	 * so the directory written loads as the mount does. */
-	if (x->o->overlay && us_pt_overlay(x->o->overlay, &x->pt, &err) != US_OK) {
+	 * so the directory written loads as the mount does.  A bad --overlay
+	 * is a usage error. */
+	if (us_pt_collect(x->srcfd, sd, x->o->overlay, &x->pt, &err) != US_OK) {
 		us_msg(LOG_ERR, "%s", err.msg);
 		return err.status == US_E_USAGE ? EXIT_USAGE : EXIT_FAILED;
 	}

@@ -337,14 +337,8 @@ int us_inspect_print(const struct us_statedict *sd, int srcfd,
 	struct us_err err = {0};
 	int rc;
 
-	/* SOURCE one file: nothing beside it is passed through */
-	if (srcfd >= 0 && us_pt_scan(srcfd, sd, &pt, &err) != US_OK) {
+	if (us_pt_collect(srcfd, sd, overlay, &pt, &err) != US_OK) {
 		fprintf(stderr, "unshardfs: %s\n", err.msg);
-		return -1;
-	}
-	if (overlay && us_pt_overlay(overlay, &pt, &err) != US_OK) {
-		fprintf(stderr, "unshardfs: %s\n", err.msg);
-		us_pt_free(&pt);
 		return -1;
 	}
 	if (visible_files(&pt) < 0) {

@@ -249,9 +249,7 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 	if ((o->views & US_VIEW_TENSORS) &&
 	    us_view_raw_array_new(m->sd, &m->raw, &err) != US_OK)
 		return refuse(o, &err);
-	if (m->srcfd >= 0 && us_pt_scan(m->srcfd, m->sd, &m->pt, &err) != US_OK)
-		return refuse(o, &err);
-	if (o->overlay && us_pt_overlay(o->overlay, &m->pt, &err) != US_OK)
+	if (us_pt_collect(m->srcfd, m->sd, o->overlay, &m->pt, &err) != US_OK)
 		return refuse(o, &err);
 	if (stat(o->source, &root) < 0 ||
 	    us_tree_build(&m->tree, m->views, m->nviews, m->sd, m->raw, &m->pt,

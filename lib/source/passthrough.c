@@ -114,3 +114,18 @@ enum us_status us_pt_scan(int dirfd, const struct us_statedict *sd,
 	}
 	return US_OK;
 }
+
+enum us_status us_pt_collect(int srcfd, const struct us_statedict *sd,
+			     const char *overlay, struct us_pt_list *l,
+			     struct us_err *err)
+{
+	enum us_status rc = US_OK;
+
+	if (srcfd >= 0)
+		rc = us_pt_scan(srcfd, sd, l, err);
+	if (rc == US_OK && overlay)
+		rc = us_pt_overlay(overlay, l, err);
+	if (rc != US_OK)
+		us_pt_free(l);
+	return rc;
+}

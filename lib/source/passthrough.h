@@ -45,4 +45,14 @@ void us_pt_free(struct us_pt_list *l);
 enum us_status us_pt_overlay(const char *dir, struct us_pt_list *l,
 			     struct us_err *err);
 
+/*
+ * us_pt_collect - what a mount of @sd passes through: SOURCE's tree when
+ * SOURCE is the directory @srcfd (-1: one file, nothing beside it), then
+ * the files of @overlay (NULL: none).  The mount, export and inspect all
+ * list it so.  On failure @l is freed.
+ */
+enum us_status us_pt_collect(int srcfd, const struct us_statedict *sd,
+			     const char *overlay, struct us_pt_list *l,
+			     struct us_err *err);
+
 #endif /* US_PASSTHROUGH_H */
