@@ -19,8 +19,9 @@ enum us_status us_assembler_new(const struct us_assembler_opts *opts,
 	if (as) {
 		as->cache = us_cache_new(opts->cache_size);
 		as->zitems = us_zitem_pool_new();
+		as->gathers = us_gather_pool_new(0);
 	}
-	if (!as || !as->cache || !as->zitems) {
+	if (!as || !as->cache || !as->zitems || !as->gathers) {
 		us_assembler_free(as);
 		return us_err_set(err, US_E_NOMEM, ".", "out of memory");
 	}
@@ -34,6 +35,7 @@ void us_assembler_free(struct us_assembler *as)
 {
 	if (!as)
 		return;
+	us_gather_pool_free(as->gathers);
 	us_zitem_pool_free(as->zitems);
 	us_cache_free(as->cache);
 	free(as);

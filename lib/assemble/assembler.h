@@ -7,17 +7,20 @@
  * one file table the assembler serves.  The per-thread scratch buffers of
  * the executors (exec_cpu.c, cast_read.c) are the exception: they hold no
  * state between calls, so one set per thread serves every assembler.
+ * (The CPU executor's gather buffers are the assembler's, bounded: gather.h.)
  */
 #ifndef US_ASSEMBLER_H
 #define US_ASSEMBLER_H
 
 #include "assemble.h"
 #include "cache.h"
+#include "gather.h"
 #include "zitem.h"
 
 struct us_assembler {
 	struct us_cache *cache;       /* decoded items and strided spans */
 	struct us_zitem_pool *zitems; /* parked streams, checked items */
+	struct us_gather_pool *gathers; /* the CPU executor's span buffers */
 	enum us_executor executor;    /* where casts run */
 	int device;                   /* US_EXEC_CUDA: the device index */
 };

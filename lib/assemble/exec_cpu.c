@@ -6,12 +6,12 @@
 #include "exec.h"
 
 #include <assert.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../io.h"
 #include "assembler.h"
+#include "gather.h"
 #include "plan.h"
 #include "tile.h"
 #include "zitem.h"
@@ -22,64 +22,16 @@
  * is read a group of rows at a time (row_group).  One pread each costs
  * a syscall per few bytes,
  * so short plain runs are queued, sorted by source, and served by reading
- * each source span that covers a group of them once into a per-thread
- * buffer and scattering.  Long runs still go straight into the reply.
- * Memory: GATHER_BUF + GATHER_OPS ops per thread that ever gathered, freed
- * with the thread: the "fixed per-thread buffer" of design.md.
+ * each source span that covers a group of them once into a buffer and
+ * scattering.  Long runs still go straight into the reply.
+ * Memory: the buffers come from the assembler's bounded pool (gather.h),
+ * one held per read while it gathers: the "fixed per-thread buffer" of
+ * design.md, bounded by CPUs rather than by threads.
  */
 #define GATHER_SHORT (64u << 10) /* runs shorter than this are gathered */
-#define GATHER_BUF (4u << 20)    /* the span buffer */
+#define GATHER_BUF US_GATHER_BUF
 #define GATHER_GAP (16u << 10)   /* unneeded bytes read to save a syscall */
-#define GATHER_OPS 16384         /* queued runs, before a flush */
-
-struct gather {
-	char *span;
-	struct us_copy_op *ops;
-	size_t n;
-};
-
-static pthread_key_t gather_key;
-static pthread_once_t gather_once = PTHREAD_ONCE_INIT;
-static int gather_key_ok;
-
-static void gather_free(void *v)
-{
-	struct gather *g = v;
-
-	free(g->span);
-	free(g->ops);
-	free(g);
-}
-
-static void gather_key_init(void)
-{
-	gather_key_ok = pthread_key_create(&gather_key, gather_free) == 0;
-}
-
-/* This thread's gather state, or NULL (then runs are read one by one). */
-static struct gather *gather_get(void)
-{
-	struct gather *g;
-
-	pthread_once(&gather_once, gather_key_init);
-	if (!gather_key_ok)
-		return NULL;
-	g = pthread_getspecific(gather_key);
-	if (g)
-		return g;
-	g = calloc(1, sizeof(*g));
-	if (g) {
-		g->span = malloc(GATHER_BUF);
-		g->ops = malloc(GATHER_OPS * sizeof(*g->ops));
-	}
-	if (!g || !g->span || !g->ops ||
-	    pthread_setspecific(gather_key, g) != 0) {
-		if (g)
-			gather_free(g);
-		return NULL;
-	}
-	return g;
-}
+#define GATHER_OPS US_GATHER_OPS
 
 static int op_cmp(const void *a, const void *b)
 {
@@ -106,19 +58,20 @@ struct row_group {
 
 struct cpu_ctx {
 	const struct us_statedict *sd;
+	struct us_gather_pool *gathers;  /* where ctx->g comes from */
 	enum us_status rc;               /* why an emit stopped the plan */
 	char *buf;
 	const struct us_extent *checked; /* last extent whose file was checked */
 	struct us_zitem_state z;         /* the zstd item being copied from */
 	struct us_tile_state tile;       /* the strided chunk's span held */
-	struct gather *g;                /* NULL until a short run is queued */
+	struct us_gather *g;             /* NULL until a short run is queued */
 	struct row_group rg;             /* strided rows not yet read */
 };
 
 /* Serve the queued runs: one pread per span of nearby source bytes. */
 static enum us_status gather_flush(struct cpu_ctx *ctx)
 {
-	struct gather *g = ctx->g;
+	struct us_gather *g = ctx->g;
 	size_t i = 0, j;
 	enum us_status rc = US_OK;
 
@@ -256,7 +209,7 @@ static bool group_add(struct cpu_ctx *ctx, const struct us_copy_op *op,
 	struct row_group *rg = &ctx->rg;
 
 	*rc = US_OK;
-	if (!ctx->g && !(ctx->g = gather_get()))
+	if (!ctx->g && !(ctx->g = us_gather_take(ctx->gathers)))
 		return false;
 	if (group_extends(rg, op)) {
 		if (rg->rows == 1)
@@ -314,7 +267,7 @@ static enum us_status plain_op(struct cpu_ctx *ctx, const struct us_file *f,
 
 	if (op->len < GATHER_SHORT && op->src->xf == US_XF_NONE) {
 		if (!ctx->g)
-			ctx->g = gather_get();
+			ctx->g = us_gather_take(ctx->gathers);
 		if (ctx->g) {
 			if (ctx->g->n == GATHER_OPS &&
 			    (rc = gather_flush(ctx)) != US_OK)
@@ -369,7 +322,8 @@ enum us_status us_exec_cpu_read(struct us_assembler *as,
 				const struct us_tensor *t, void *buf,
 				uint64_t len, uint64_t off)
 {
-	struct cpu_ctx ctx = { .sd = sd, .buf = buf, .checked = NULL };
+	struct cpu_ctx ctx = { .sd = sd, .gathers = as->gathers, .buf = buf,
+			       .checked = NULL };
 	enum us_status rc, frc, grc;
 
 	us_zitem_begin(&ctx.z, as->cache, as->zitems);
@@ -379,6 +333,7 @@ enum us_status us_exec_cpu_read(struct us_assembler *as,
 	     ctx.rc != US_OK ? ctx.rc : US_E_IO;
 	frc = gather_flush(&ctx); /* always empties the queue */
 	grc = group_flush(&ctx);  /* and the row group */
+	us_gather_give(as->gathers, ctx.g);
 	us_tile_end(&ctx.tile);
 	us_zitem_end(&ctx.z);
 	return rc != US_OK ? rc : frc != US_OK ? frc : grc;

@@ -1,0 +1,46 @@
+/*
+ * gather.h - the span buffers of the CPU executor's gathers, a bounded pool
+ * per assembler (private to assemble/).
+ *
+ * A gather reads one source span covering many short runs into a buffer and
+ * scatters them (exec_cpu.c).  Each buffer used to be per thread and kept
+ * for the thread's life, so the daemon's memory grew with the number of
+ * FUSE threads that ever gathered: a RoPE-permuted q/k (rows two apart,
+ * recipes) read through three views took the daemon from 8.4 to 18.9 MiB
+ * VmHWM (docs/benchmarks.md, "Recipes").  A read now takes a buffer for the
+ * duration of one us_exec_cpu_read and gives it back, and no more than
+ * @max exist: more concurrent gathers than CPUs only queue for memory
+ * bandwidth anyway.  A reader holds at most one buffer and never waits
+ * while holding one, so waiting cannot deadlock.
+ */
+#ifndef US_GATHER_H
+#define US_GATHER_H
+
+#include <stddef.h>
+
+#include "plan.h"
+
+#define US_GATHER_BUF (1u << 20) /* the span buffer: 2x a FUSE request */
+#define US_GATHER_OPS 16384      /* queued runs, before a flush */
+
+struct us_gather {
+	char *span;              /* US_GATHER_BUF bytes */
+	struct us_copy_op *ops;  /* US_GATHER_OPS entries */
+	size_t n;                /* ops queued */
+	struct us_gather *next;  /* the pool's free list */
+};
+
+struct us_gather_pool;
+
+/* us_gather_pool_new - a pool of at most @max buffers (0: one per online
+ * CPU, at least 2, at most 16), none allocated yet.  NULL: out of memory. */
+struct us_gather_pool *us_gather_pool_new(unsigned max);
+void us_gather_pool_free(struct us_gather_pool *p);
+
+/* us_gather_take - a buffer with n == 0, waiting while @max are in use;
+ * NULL when one cannot be allocated (the caller then reads run by run). */
+struct us_gather *us_gather_take(struct us_gather_pool *p);
+/* us_gather_give - return @g (NULL: nothing) to the pool. */
+void us_gather_give(struct us_gather_pool *p, struct us_gather *g);
+
+#endif /* US_GATHER_H */
