@@ -17,10 +17,19 @@
 
 #define NAME_MAX_LEN 4096
 
+/* A rule's offsets, resolved once: config.json is read at the first
+ * tensor the rule maps (a rule that matches nothing needs no config). */
+struct offsets {
+	bool done;
+	uint64_t n[US_RECIPE_MAX_CAPS]; /* as rule.offset[] */
+};
+
 struct run {
 	struct us_statedict *sd;
 	const struct us_recipe *r;
+	int cfgfd;           /* config.json's directory, -1: none */
 	uint64_t head_dim;   /* config.json's, 0: none */
+	struct offsets *off; /* per rule */
 	bool *hit;           /* per rule: matched some tensor */
 	const struct us_tensor **byname; /* the source tensors, sorted: a */
 	size_t nold;                     /* concat finds its inputs here */
@@ -55,6 +64,75 @@ static enum us_status too_long(struct run *x, size_t i, const struct us_tensor *
 static enum us_status finish(struct run *x, size_t i, struct us_tensor *o,
 			     const struct us_tensor *t);
 
+/* The offsets of rule @i, config.json's read now (refused, naming the
+ * rule, when it does not give them). */
+static enum us_status resolve(struct run *x, size_t i)
+{
+	const struct us_recipe_rule *r = &x->r->rules[i];
+	struct offsets *off = &x->off[i];
+
+	for (uint32_t k = 0; !off->done && k < r->noffset; k++) {
+		const struct us_offset *o = &r->offset[k];
+		bool found = true;
+
+		off->n[k] = o->n;
+		if (o->config)
+			US_TRY(us_hfconfig_u64(x->cfgfd, o->config, &off->n[k],
+					       &found, x->err));
+		if (!found)
+			return us_err_set(x->err, US_E_UNSUPPORTED, x->r->name,
+					  "rule %zu: the offset of '{%s}' is config.json's "
+					  "\"%s\", and no config.json (in --overlay DIR or "
+					  "SOURCE) gives it as a non-negative integer",
+					  i + 1, r->from.caps[o->cap], o->config);
+	}
+	off->done = true;
+	return US_OK;
+}
+
+/* @caps of rule @i's source @t with the rule's offsets added (written into
+ * @num): the captures its target name is made of. */
+static enum us_status shift(struct run *x, size_t i, const struct us_tensor *t,
+			    const struct us_capture *caps, struct us_capture *out,
+			    char (*num)[24])
+{
+	const struct us_recipe_rule *r = &x->r->rules[i];
+
+	memcpy(out, caps, r->from.ncaps * sizeof(*out));
+	if (!r->noffset)
+		return US_OK;
+	US_TRY(resolve(x, i));
+	for (uint32_t k = 0; k < r->noffset; k++) {
+		uint32_t c = r->offset[k].cap;
+
+		if (!us_capture_add(&caps[c], x->off[i].n[k], num[k], sizeof(num[k]),
+				    &out[c]))
+			return us_err_set(x->err, US_E_UNSUPPORTED, x->r->name,
+					  "rule %zu: '{%s}' of '%s' plus its offset "
+					  "%llu does not fit 64 bits", i + 1,
+					  r->from.caps[c], t->name,
+					  (unsigned long long)x->off[i].n[k]);
+	}
+	return US_OK;
+}
+
+/* The target name of rule @i for @t (@caps its captures, @idx the split's
+ * index). */
+static enum us_status target(struct run *x, size_t i, const struct us_tensor *t,
+			     const struct us_capture *caps, uint64_t idx,
+			     char *name)
+{
+	const struct us_recipe_rule *r = &x->r->rules[i];
+	struct us_capture out[US_RECIPE_MAX_CAPS];
+	char num[US_RECIPE_MAX_CAPS][24];
+
+	US_TRY(shift(x, i, t, caps, out, num));
+	if (!us_pattern_format(&r->to, &r->from, out, r->split_var, idx, name,
+			       NAME_MAX_LEN))
+		return too_long(x, i, t);
+	return US_OK;
+}
+
 static enum us_status emit(struct run *x, size_t i, const struct us_tensor *t,
 			   const struct us_capture *caps, uint64_t idx)
 {
@@ -63,9 +141,7 @@ static enum us_status emit(struct run *x, size_t i, const struct us_tensor *t,
 	struct us_tensor *o;
 	struct us_layout l;
 
-	if (!us_pattern_format(&r->to, &r->from, caps, r->split_var, idx, name,
-			       sizeof(name)))
-		return too_long(x, i, t);
+	US_TRY(target(x, i, t, caps, idx, name));
 	if (!r->has_split && !r->has_slice && !r->has_permute) {
 		o = renamed(x, t, name);
 	} else {
@@ -119,8 +195,7 @@ static enum us_status emit_concat(struct run *x, size_t i,
 	struct us_tensor *o;
 	struct us_layout l;
 
-	if (!us_pattern_format(&r->to, &r->from, caps, NULL, 0, name, sizeof(name)))
-		return too_long(x, i, in[0]);
+	US_TRY(target(x, i, in[0], caps, 0, name));
 	US_TRY(us_concat_layout(r, ref(x, i), in, r->ncat + 1, &l, x->err));
 	o = us_layout_to(x->sd, &l, name, in[0]->dtype, in[0]->decl_path, x->err);
 	us_layout_free(&l);
@@ -330,21 +405,27 @@ enum us_status us_recipe_apply(struct us_statedict *sd,
 			       const struct us_recipe *r, int cfgfd,
 			       struct us_err *err)
 {
-	struct run x = { .sd = sd, .r = r, .err = err };
+	struct run x = { .sd = sd, .r = r, .cfgfd = cfgfd, .err = err };
 	struct us_tensor *old = sd->tensors;
 	size_t nold = sd->ntensors, oldcap = sd->tensors_cap;
 	enum us_status rc;
 
 	if (needs_config(r))
 		US_TRY(us_hfconfig_head_dim(cfgfd, &x.head_dim, err));
-	if (!(x.hit = calloc(r->nrules, sizeof(*x.hit))))
+	x.hit = calloc(r->nrules, sizeof(*x.hit));
+	x.off = calloc(r->nrules, sizeof(*x.off));
+	if (!x.hit || !x.off) {
+		free(x.hit);
+		free(x.off);
 		return us_err_set(err, US_E_NOMEM, ".", "out of memory");
+	}
 	sd->tensors = NULL;
 	sd->ntensors = sd->tensors_cap = 0;
 	rc = run_all(&x, old, nold);
 	if (rc == US_OK && !(sd->recipe = us_arena_strdup(&sd->arena, r->name)))
 		rc = us_err_set(err, US_E_NOMEM, ".", "out of memory");
 	free(x.hit);
+	free(x.off);
 	free(x.byname);
 	if (rc != US_OK) {
 		/* us_sd_free frees whichever list is in sd: put the old back */

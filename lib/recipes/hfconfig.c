@@ -1,4 +1,4 @@
-/* hfconfig.c - head_dim from config.json (hfconfig.h). */
+/* hfconfig.c - head_dim and other integers from config.json (hfconfig.h). */
 #include "hfconfig.h"
 
 #include <stdlib.h>
@@ -45,6 +45,43 @@ enum us_status us_hfconfig_head_dim(int dirfd, uint64_t *head_dim,
 	heads = get(cfg, "num_attention_heads");
 	if (!*head_dim && heads && hidden % heads == 0)
 		*head_dim = hidden / heads;
+	cJSON_Delete(cfg);
+	return US_OK;
+}
+
+/* config.json of @dirfd parsed, *@cfg NULL when there is none. */
+static enum us_status read_config(int dirfd, cJSON **cfg, struct us_err *err)
+{
+	enum us_status rc = US_OK;
+	char *text = NULL;
+	size_t len = 0;
+	struct us_err jerr;
+
+	*cfg = NULL;
+	if (dirfd >= 0)
+		rc = us_read_small(dirfd, "config.json", MAX_CONFIG, &text, &len);
+	if (rc != US_OK)
+		return us_err_set(err, rc, "config.json", "cannot be read (%s)",
+				  us_status_str(rc));
+	if (!text)
+		return US_OK;
+	rc = us_json_parse(text, len, cfg, &jerr);
+	free(text);
+	if (rc != US_OK)
+		return us_err_set(err, rc, "config.json", "%s", jerr.msg);
+	return US_OK;
+}
+
+enum us_status us_hfconfig_u64(int dirfd, const char *key, uint64_t *v,
+			       bool *found, struct us_err *err)
+{
+	cJSON *cfg;
+
+	*v = 0;
+	*found = false;
+	US_TRY(read_config(dirfd, &cfg, err));
+	if (cfg)
+		*found = us_json_u64(cJSON_GetObjectItemCaseSensitive(cfg, key), v);
 	cJSON_Delete(cfg);
 	return US_OK;
 }

@@ -2,6 +2,7 @@
 #ifndef US_RECIPE_HFCONFIG_H
 #define US_RECIPE_HFCONFIG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../us_error.h"
@@ -14,5 +15,15 @@
  */
 enum us_status us_hfconfig_head_dim(int dirfd, uint64_t *head_dim,
 				    struct us_err *err);
+
+/*
+ * us_hfconfig_u64 - the non-negative integer config.json in @dirfd gives
+ * for the top-level @key (num_hidden_layers), in *@v; *@found is false
+ * (and *@v 0) when there is no config.json, or it lacks @key or gives no
+ * such integer for it.  A config.json that is not JSON is a refusal
+ * naming it.
+ */
+enum us_status us_hfconfig_u64(int dirfd, const char *key, uint64_t *v,
+			       bool *found, struct us_err *err);
 
 #endif /* US_RECIPE_HFCONFIG_H */

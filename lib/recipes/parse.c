@@ -6,6 +6,7 @@
  */
 #include "recipe.h"
 
+#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,6 +202,63 @@ static enum us_status parse_cast(struct ctx *c, const cJSON *o,
 	return US_OK;
 }
 
+/* "config:KEY": KEY, a config.json key (letters, digits, '_'), or NULL. */
+static const char *config_key(const cJSON *v)
+{
+	const char *k;
+	size_t n;
+
+	if (!cJSON_IsString(v) || strncmp(v->valuestring, "config:", 7))
+		return NULL;
+	k = v->valuestring + 7;
+	n = strspn(k, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+		   "0123456789_");
+	return n > 0 && n <= 63 && !k[n] ? k : NULL;
+}
+
+/* One entry of "offset": a capture of "from" (so of "to", which writes it
+ * shifted) by a number or by config.json's KEY (read at mount). */
+static enum us_status parse_offset_one(struct ctx *c, const cJSON *it,
+				       struct us_recipe_rule *r)
+{
+	int cap = us_pattern_cap(&r->from, it->string);
+	const char *key = config_key(it);
+	struct us_offset *o;
+
+	if (cap < 0)
+		return bad(c, "offset's '{%s}' is not a capture of \"from\"",
+			   it->string);
+	if (us_pattern_cap(&r->to, it->string) < 0)
+		return bad(c, "offset's '{%s}' is not in \"to\"", it->string);
+	/* us_json_parse refuses duplicate keys: each entry is another
+	 * capture of "from", so there are at most US_RECIPE_MAX_CAPS */
+	for (uint32_t k = 0; k < r->noffset; k++)
+		assert(r->offset[k].cap != (uint32_t)cap);
+	assert(r->noffset < US_RECIPE_MAX_CAPS);
+	o = &r->offset[r->noffset];
+	if (!key && !us_json_u64(it, &o->n))
+		return bad(c, "offset's '{%s}' must be a non-negative integer or "
+			   "\"config:KEY\" (an integer of config.json)", it->string);
+	if (key && !(o->config = strdup(key)))
+		return us_err_set(c->err, US_E_NOMEM, c->name, "out of memory");
+	o->cap = (uint32_t)cap;
+	r->noffset++;
+	return US_OK;
+}
+
+static enum us_status parse_offset(struct ctx *c, const cJSON *o,
+				   struct us_recipe_rule *r)
+{
+	const cJSON *it;
+
+	if (!cJSON_IsObject(o) || !o->child)
+		return bad(c, "%s must be an object of captures and offsets "
+			   "({\"k\": N} or {\"k\": \"config:KEY\"})", "\"offset\"");
+	cJSON_ArrayForEach(it, o)
+		US_TRY(parse_offset_one(c, it, r));
+	return US_OK;
+}
+
 static enum us_status compile(struct ctx *c, const cJSON *v, const char *key,
 			      struct us_pattern *p)
 {
@@ -316,14 +374,18 @@ static enum us_status parse_transforms(struct ctx *c, const cJSON *o,
 		US_TRY(parse_cast(c, v, r));
 	if ((v = cJSON_GetObjectItemCaseSensitive(o, "concat")))
 		US_TRY(parse_concat(c, v, r));
-	return check_caps(c, r);
+	US_TRY(check_caps(c, r));
+	if ((v = cJSON_GetObjectItemCaseSensitive(o, "offset")))
+		US_TRY(parse_offset(c, v, r));
+	return US_OK;
 }
 
 static enum us_status parse_rule(struct ctx *c, const cJSON *o,
 				 struct us_recipe_rule *r)
 {
 	static const char *const keys[] = { "from", "to", "drop", "require",
-		"split", "slice", "permute", "cast", "concat", "comment", NULL };
+		"split", "slice", "permute", "cast", "concat", "offset", "comment",
+		NULL };
 	const cJSON *drop, *req, *to;
 
 	if (!cJSON_IsObject(o))
@@ -350,12 +412,15 @@ static enum us_status parse_rule(struct ctx *c, const cJSON *o,
 	return parse_transforms(c, o, r);
 }
 
-/* Two rules whose targets are the same pattern make the same names. */
+/* Two rules whose targets are the same pattern make the same names.  With
+ * an offset they need not (main layers and the layers numbered after
+ * them): whether they do is seen at mount, name by name (apply.c). */
 static enum us_status check_targets(struct ctx *c, const struct us_recipe *r)
 {
 	for (size_t i = 0; i < r->nrules; i++) {
 		for (size_t j = 0; j < i; j++) {
 			if (r->rules[i].drop || r->rules[j].drop ||
+			    r->rules[i].noffset || r->rules[j].noffset ||
 			    strcmp(r->rules[i].to.text, r->rules[j].to.text))
 				continue;
 			c->rule = i + 1;
@@ -434,6 +499,8 @@ void us_recipe_free(struct us_recipe *r)
 		for (size_t k = 0; k < r->rules[i].ncat; k++)
 			us_pattern_free(&r->rules[i].cat_from[k]);
 		free(r->rules[i].cat_from);
+		for (uint32_t k = 0; k < r->rules[i].noffset; k++)
+			free(r->rules[i].offset[k].config);
 	}
 	free(r->rules);
 	free(r->name);

@@ -1,6 +1,7 @@
 /* pattern.c - "{name}" patterns: compile, match, format. */
 #include "pattern.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,6 +148,30 @@ bool us_pattern_format(const struct us_pattern *to, const struct us_pattern *fro
 		s = close + 1;
 	}
 	out[o] = '\0';
+	return true;
+}
+
+bool us_capture_add(const struct us_capture *c, uint64_t n, char *buf,
+		    size_t cap, struct us_capture *out)
+{
+	uint64_t v = 0;
+	int len;
+
+	assert(c->len > 0 && cap >= 21);
+	for (size_t i = 0; i < c->len; i++) {
+		unsigned d = (unsigned)(c->s[i] - '0');
+
+		assert(d < 10); /* a capture is a run of digits */
+		if (v > (UINT64_MAX - d) / 10)
+			return false;
+		v = v * 10 + d;
+	}
+	if (v > UINT64_MAX - n)
+		return false;
+	len = snprintf(buf, cap, "%llu", (unsigned long long)(v + n));
+	assert(len > 0 && (size_t)len < cap);
+	out->s = buf;
+	out->len = (size_t)len;
 	return true;
 }
 

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "recipe.h"
 
@@ -39,6 +40,15 @@ int us_pattern_cap(const struct us_pattern *p, const char *name);
 bool us_pattern_format(const struct us_pattern *to, const struct us_pattern *from,
 		       const struct us_capture *caps, const char *var,
 		       unsigned long long idx, char *out, size_t cap);
+
+/*
+ * us_capture_add - the capture @c's value plus @n, written in decimal into
+ * @buf (@cap bytes, 21 or more) and pointed at by *@out: the capture a
+ * rule's "offset" gives the target.  False when the value or the sum does
+ * not fit 64 bits.
+ */
+bool us_capture_add(const struct us_capture *c, uint64_t n, char *buf,
+		    size_t cap, struct us_capture *out);
 
 /*
  * us_rule_input - which input pattern of rule @r @name matches: 0 for

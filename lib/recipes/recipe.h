@@ -16,6 +16,8 @@
  * or, instead of split/slice/permute, concatenates several source tensors
  * (one per "from" pattern, all with the same captures) along a dim:
  *   concat  the inputs' chunks, shifted along the dim, as one tensor.
+ * A rule's "offset" adds a number to captures as the target name is
+ * written (layer k of one block list is layer N + k of the other).
  * Every transform is a rewrite of the chunk list (model.h): new boxes,
  * offsets and strides over the same source extents.  No tensor byte is
  * read at mount or held in memory, and the views serve the result through
@@ -34,6 +36,18 @@
 #include "../model.h"
 
 #define US_RECIPE_MAX_CAPS 8
+
+/*
+ * An offset: the target's capture @cap is written as its value plus @n, or
+ * plus the integer config.json gives for @config (the number of main
+ * layers, "num_hidden_layers", that DeepSeek-V3's multi-token-prediction
+ * layers are numbered after).
+ */
+struct us_offset {
+	uint32_t cap;            /* index in the rule's from.caps */
+	uint64_t n;
+	char *config;            /* config.json's key, or NULL: n */
+};
 
 /* A pattern: literal text and "{name}" captures (each matches [0-9]+). */
 struct us_pattern {
@@ -64,6 +78,8 @@ struct us_recipe_rule {
 	uint32_t cat_dim;
 	struct us_pattern *cat_from; /* the inputs after "from", in order */
 	size_t ncat;
+	struct us_offset offset[US_RECIPE_MAX_CAPS]; /* of "to"'s captures */
+	uint32_t noffset;
 };
 
 struct us_recipe {
@@ -107,8 +123,8 @@ enum us_status us_recipe_auto(const struct us_statedict *sd, const char **name,
 
 /*
  * us_recipe_apply - rewrite the (unfinalized) @sd by @r.  @cfgfd is the
- * directory whose config.json gives what a rule leaves to it (head_dim),
- * -1 for none.  A source name no rule matches, a transform that does not
+ * directory whose config.json gives what a rule leaves to it (head_dim, an
+ * offset), -1 for none.  A source name no rule matches, a transform that does not
  * fit a tensor's shape, two rules making one name: a one-line refusal.
  * Casts are recorded on sd (recipe_cast) and applied after finalize by
  * us_recipe_present (ties are found on the stored bytes).

@@ -257,6 +257,103 @@ static void test_concat_parse(void)
 #undef CAT
 }
 
+static void test_offset_parse(void)
+{
+	struct us_err err = {0};
+	const char *head = "{\"unshardfs_recipe\":1,\"rules\":[";
+	struct us_recipe *r = NULL;
+	char buf[512];
+
+#define OFF(rule) (snprintf(buf, sizeof(buf), "%s%s]}", head, rule), parse(buf, &err))
+	snprintf(buf, sizeof(buf), "%s{\"from\":\"m.{k}.w{j}\",\"to\":\"l.{k}.{j}\","
+		 "\"offset\":{\"k\":\"config:num_hidden_layers\",\"j\":3}}]}", head);
+	CHECK(us_recipe_parse(buf, strlen(buf), "t.json", &r, &err) == US_OK);
+	CHECK(r && r->rules[0].noffset == 2 && r->rules[0].offset[0].cap == 0 &&
+	      !strcmp(r->rules[0].offset[0].config, "num_hidden_layers") &&
+	      r->rules[0].offset[1].cap == 1 && !r->rules[0].offset[1].config &&
+	      r->rules[0].offset[1].n == 3);
+	us_recipe_free(r);
+	/* the same target text as another rule: with an offset it need not
+	 * make the same names (the mount checks each name) */
+	CHECK(OFF("{\"from\":\"a.{i}\",\"to\":\"b.{i}\"},"
+		  "{\"from\":\"m.{i}\",\"to\":\"b.{i}\",\"offset\":{\"i\":2}}") == US_OK);
+	CHECK(OFF("{\"from\":\"a.{i}\",\"to\":\"b.{i}\",\"offset\":{\"j\":1}}")
+	      == US_E_FORMAT && strstr(err.msg, "t.json: rule 1: offset's '{j}' is not a "
+				       "capture of \"from\""));
+	CHECK(OFF("{\"from\":\"a.{i}\",\"to\":\"b.{i}.{e}\",\"split\":{\"dim\":0,"
+		  "\"as\":\"e\"},\"offset\":{\"e\":1}}") == US_E_FORMAT &&
+	      strstr(err.msg, "'{e}' is not a capture of \"from\""));
+	CHECK(OFF("{\"from\":\"a.{i}\",\"to\":\"b.{i}\",\"offset\":{\"i\":-1}}")
+	      == US_E_FORMAT && strstr(err.msg, "non-negative integer or \"config:KEY\""));
+	CHECK(OFF("{\"from\":\"a.{i}\",\"to\":\"b.{i}\",\"offset\":{\"i\":1.5}}")
+	      == US_E_FORMAT);
+	CHECK(OFF("{\"from\":\"a.{i}\",\"to\":\"b.{i}\",\"offset\":{\"i\":\"config:\"}}")
+	      == US_E_FORMAT);
+	CHECK(OFF("{\"from\":\"a.{i}\",\"to\":\"b.{i}\",\"offset\":{\"i\":\"7\"}}")
+	      == US_E_FORMAT);
+	CHECK(OFF("{\"from\":\"a.{i}\",\"to\":\"b.{i}\",\"offset\":{\"i\":1,\"i\":2}}")
+	      == US_E_FORMAT && strstr(err.msg, "duplicate key"));
+	CHECK(OFF("{\"from\":\"a.{i}\",\"to\":\"b.{i}\",\"offset\":{}}") == US_E_FORMAT &&
+	      strstr(err.msg, "\"offset\" must be an object"));
+	CHECK(OFF("{\"from\":\"a.{i}\",\"to\":\"b.{i}\",\"offset\":2}") == US_E_FORMAT);
+	CHECK(OFF("{\"from\":\"a.{i}\",\"drop\":true,\"offset\":{\"i\":1}}")
+	      == US_E_FORMAT);
+#undef OFF
+}
+
+static void test_capture_add(void)
+{
+	struct us_capture c = { "0007", 4 }, out;
+	char buf[24];
+
+	CHECK(us_capture_add(&c, 61, buf, sizeof(buf), &out));
+	CHECK(out.len == 2 && !strncmp(out.s, "68", 2));
+	c = (struct us_capture){ "18446744073709551615", 20 }; /* UINT64_MAX */
+	CHECK(us_capture_add(&c, 0, buf, sizeof(buf), &out) && out.len == 20);
+	CHECK(!us_capture_add(&c, 1, buf, sizeof(buf), &out));
+	c = (struct us_capture){ "18446744073709551616", 20 };
+	CHECK(!us_capture_add(&c, 0, buf, sizeof(buf), &out));
+	c = (struct us_capture){ "99999999999999999999999", 23 };
+	CHECK(!us_capture_add(&c, 0, buf, sizeof(buf), &out));
+}
+
+/* A recipe with offsets applied: the target's capture is the source's plus
+ * the literal, or plus config.json's integer; a config.json without it is
+ * a refusal naming the rule, but only when the rule is used. */
+static void test_offset_apply(void)
+{
+	static const char lit[] = "{\"unshardfs_recipe\":1,\"rules\":["
+		"{\"from\":\"layers.{i}.w\",\"to\":\"l.{i}.w\"},"
+		"{\"from\":\"mtp.{k}.w\",\"to\":\"l.{k}.w\",\"offset\":{\"k\":5}},"
+		"{\"from\":\"x.{k}\",\"to\":\"y.{k}\","
+		"\"offset\":{\"k\":\"config:num_hidden_layers\"}}]}";
+	struct us_statedict *sd = us_sd_new();
+	struct us_recipe *r = NULL;
+	struct us_err err = {0};
+
+	CHECK(us_recipe_parse(lit, strlen(lit), "t.json", &r, &err) == US_OK);
+	make(sd, 2, 2, 2)->name = "layers.4.w";
+	make(sd, 2, 2, 2)->name = "mtp.0.w";
+	CHECK(us_recipe_apply(sd, r, -1, &err) == US_OK);
+	CHECK(sd->ntensors == 2 && !strcmp(sd->tensors[0].name, "l.4.w") &&
+	      !strcmp(sd->tensors[1].name, "l.5.w"));
+	us_sd_free(sd);
+	sd = us_sd_new();
+	make(sd, 2, 2, 2)->name = "x.1";
+	CHECK(us_recipe_apply(sd, r, -1, &err) == US_E_UNSUPPORTED);
+	CHECK(strstr(err.msg, "t.json: rule 3: the offset of '{k}' is config.json's "
+			      "\"num_hidden_layers\", and no config.json"));
+	us_sd_free(sd);
+	sd = us_sd_new();
+	make(sd, 2, 2, 2)->name = "layers.0.w";
+	make(sd, 2, 2, 2)->name = "mtp.99999999999999999999.w";
+	CHECK(us_recipe_apply(sd, r, -1, &err) == US_E_UNSUPPORTED &&
+	      strstr(err.msg, "rule 2: '{k}' of 'mtp.99999999999999999999.w' plus its "
+			      "offset 5 does not fit 64 bits"));
+	us_sd_free(sd);
+	us_recipe_free(r);
+}
+
 int main(void)
 {
 	RUN(test_patterns);
@@ -266,5 +363,8 @@ int main(void)
 	RUN(test_split_slice_order);
 	RUN(test_concat);
 	RUN(test_concat_parse);
+	RUN(test_offset_parse);
+	RUN(test_capture_add);
+	RUN(test_offset_apply);
 	TEST_MAIN_END();
 }
