@@ -6,9 +6,9 @@
  * tests/integration/test_recipes.py compares every byte with to_hf itself.
  * What to_hf does that a recipe does not: it drops lm_head.weight when
  * enable_weight_tying is set -- here the tie machinery (ties.h) links it
- * instead, on config.json's evidence, so safetensors stores it once; and
- * DeepSeek-V3's MTP layers (numbered after the main layers) have no rule:
- * such a checkpoint is refused, not half-served. */
+ * instead, on config.json's evidence, so safetensors stores it once.
+ * DeepSeek-V3's MTP layers, numbered after the main layers, take their
+ * offset from config.json's num_hidden_layers ("offset", recipe.h). */
 #include "recipe.h"
 
 #include <stddef.h>
