@@ -54,9 +54,36 @@ def reference(name):
     return _REF[name]
 
 
-def tied(name):
+def hf_config(name):
     with open(os.path.join(overlay(name), "config.json")) as f:
-        return json.load(f).get("tie_word_embeddings", False)
+        return json.load(f)
+
+
+def tied(name):
+    return hf_config(name).get("tie_word_embeddings", False)
+
+
+def mtp_prefixes(name):
+    """The HF names of DeepSeek-V3's multi-token-prediction layers start so: numbered
+    after the num_hidden_layers main layers (as to_hf numbers them)."""
+    c = hf_config(name)
+    n = c["num_hidden_layers"]
+    return tuple(f"model.layers.{n + k}." for k in range(c.get("num_nextn_predict_layers", 0)))
+
+
+def check_loading_info(name, info, hf):
+    """from_pretrained found every parameter of the model.  transformers 5.24's
+    DeepseekV3ForCausalLM has no MTP layers (only MtpModel.from_pretrained loads them,
+    finding them by the 671B model's pattern, model.layers.61.*): it reports
+    the MTP layers' tensors, and only them, as unexpected (their experts fused, as it
+    names them)."""
+    info = dict(info)
+    unexpected = set(info.pop("unexpected_keys"))
+    assert not any(info.values()), info  # missing, mismatched, errors
+    pre = mtp_prefixes(name)
+    assert all(k.startswith(pre) for k in unexpected) if pre else not unexpected, unexpected
+    assert {k for k in hf if pre and k.startswith(pre) and ".mlp.experts." not in k} \
+        <= unexpected
 
 
 def served_names(name, hf):
@@ -104,14 +131,15 @@ def _logits_torchtitan(name, sd, tok):
     model.eval()
     pos = torch.arange(tok.shape[1]).unsqueeze(0)
     with torch.no_grad():
-        return model(tok, pos, model.get_attention_masks(pos))
+        out = model(tok, pos, model.get_attention_masks(pos))
+    return out[0] if isinstance(out, list) else out  # with MTP: [main, depth 1, ...]
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_from_pretrained_matches_torchtitan(name):
     import torch
     import transformers
-    sd, _hf = reference(name)
+    sd, hf = reference(name)
     tok = torch.tensor([[1, 5, 9, 3, 7, 2, 11, 4, 63, 0]])
     want = _logits_torchtitan(name, sd, tok)
     with mount(ckpt(name), *recipe_opts(name)) as mnt:
@@ -119,7 +147,7 @@ def test_from_pretrained_matches_torchtitan(name):
         model, info = transformers.AutoModelForCausalLM.from_pretrained(
             mnt, output_loading_info=True, dtype=torch.float32)
         model.eval()
-        assert not any(info.values()), info  # missing, unexpected, mismatched, errors
+        check_loading_info(name, info, hf)
         with torch.no_grad():
             got = model(tok).logits
         del model  # its weights map model.safetensors: unmap before unmounting
@@ -209,6 +237,45 @@ def test_recipe_refuses_other_models_checkpoint():
 def test_rope_permute_needs_head_dim():
     path, why = refuse(ckpt("llama3"), "--recipe=torchtitan-llama3")
     assert path == "torchtitan-llama3" and "head_dim" in why and "rule 2" in why
+
+
+def test_mtp_layers_numbered_after_main_layers():
+    """torchtitan's mtp_layers.{k}.* are served as HF's model.layers.{N + k}.*, N the
+    main layers config.json counts (num_hidden_layers), mtp_norm as shared_head.norm,
+    the stacked experts split; exactly the names and tensors to_hf makes of them."""
+    _sd, hf = reference("deepseek_v3_mtp")
+    pre = mtp_prefixes("deepseek_v3_mtp")
+    assert pre == ("model.layers.2.",)
+    want = {k for k in hf if k.startswith(pre)}
+    assert "model.layers.2.shared_head.norm.weight" in want
+    assert "model.layers.2.mlp.experts.3.down_proj.weight" in want
+    assert "model.layers.2.self_attn.q_a_proj.weight" in want  # q LoRA
+    r = run_cli("inspect", "--json", *recipe_opts("deepseek_v3_mtp"), ckpt("deepseek_v3_mtp"))
+    assert r.returncode == 0, r.stderr
+    by = {t["name"]: t for t in json.loads(r.stdout)["tensors"]}
+    assert {k for k in by if k.startswith(pre)} == want
+    assert all(by[k]["source_names"][0].startswith("mtp_layers.0.") for k in want)
+    assert by["model.layers.2.shared_head.norm.weight"]["source_names"] == \
+        ["mtp_layers.0.mtp_norm.weight"]
+
+
+def test_mtp_offset_needs_num_hidden_layers(tmp_path):
+    """The MTP rules' offset is config.json's num_hidden_layers: without a config.json
+    that gives it, the mount is refused in one line naming the rule; a checkpoint
+    without MTP layers needs none (the rule is not used)."""
+    path, why = refuse(ckpt("deepseek_v3_mtp"), "--recipe=torchtitan-deepseek-v3")
+    assert path == "torchtitan-deepseek-v3", (path, why)
+    assert "rule " in why and "'{k}'" in why and '"num_hidden_layers"' in why, why
+    ov = tmp_path / "hf"
+    ov.mkdir()
+    c = hf_config("deepseek_v3_mtp")
+    del c["num_hidden_layers"]
+    (ov / "config.json").write_text(json.dumps(c))
+    path, why = refuse(ckpt("deepseek_v3_mtp"), "--recipe=torchtitan-deepseek-v3",
+                       f"--overlay={ov}")
+    assert '"num_hidden_layers"' in why, why
+    r = run_cli("inspect", "--recipe=torchtitan-deepseek-v3", ckpt("deepseek_v3"))
+    assert r.returncode == 0 and r.stderr == "", r.stderr
 
 
 def test_overlay_wins_over_source_file(tmp_path):
@@ -317,7 +384,7 @@ def test_export_with_overlay_loads(name, tmp_path):
     def load(d):
         model, info = transformers.AutoModelForCausalLM.from_pretrained(
             d, output_loading_info=True, dtype=torch.float32)
-        assert not any(info.values()), (d, info)  # missing, unexpected, mismatched
+        check_loading_info(name, info, reference(name)[1])
         params = {k: v.detach().clone() for k, v in model.state_dict().items()}
         del model  # from the mount: its weights map model.safetensors
         gc.collect()
