@@ -259,6 +259,45 @@ def test_mtp_layers_numbered_after_main_layers():
         ["mtp_layers.0.mtp_norm.weight"]
 
 
+def test_mtp_logits_match_torchtitan():
+    """The MTP layer as served computes what torchtitan's does: transformers' MtpModel
+    (5.24: what generate(use_mtp=True) drafts with), loaded from the mount once told
+    the layer's number (DeepseekV3's own pattern names the 671B model's layer 61), fed
+    the main model's last hidden state before the final norm and the tokens shifted
+    by one, gives torchtitan's depth-1 logits.  The last position is left out:
+    torchtitan zeroes it (no next token), HF's drafting never computes it."""
+    import torch
+    import transformers
+    from transformers.modeling_layers import MtpModel
+    name = "deepseek_v3_mtp"
+    sd, _hf = reference(name)
+    tok = torch.tensor([[1, 5, 9, 3, 7, 2, 11, 4, 63, 0]])
+    model = ttf.build_model(ttf.FIXTURES[name][0]())
+    model.load_state_dict(sd)
+    model.eval()
+    pos = torch.arange(tok.shape[1]).unsqueeze(0)
+    with torch.no_grad():
+        _main, want = model(tok, pos, model.get_attention_masks(pos))
+    with mount(ckpt(name), *recipe_opts(name)) as mnt:
+        main = transformers.AutoModelForCausalLM.from_pretrained(mnt, dtype=torch.float32)
+        main.eval()
+        main._keys_to_ignore_on_load_unexpected = [r"model\.layers\.2\..*"]
+        mtp = MtpModel.from_pretrained(main)  # raises if a weight is missing
+        mtp.eval()
+        last = {}
+        main.model.layers[-1].register_forward_hook(
+            lambda _m, _i, o: last.__setitem__("h", o[0] if isinstance(o, tuple) else o))
+        shifted = torch.cat([tok[:, 1:], torch.zeros_like(tok[:, :1])], 1)
+        with torch.no_grad():
+            main(tok)
+            got = mtp._project_to_logits(mtp.forward_layer(0, last["h"], pos, None,
+                                                           input_ids=shifted))
+        del main, mtp
+        gc.collect()
+    assert torch.allclose(got[:, :-1], want[:, :-1], rtol=1e-3, atol=1e-3), \
+        (got - want)[:, :-1].abs().max()
+
+
 def test_mtp_offset_needs_num_hidden_layers(tmp_path):
     """The MTP rules' offset is config.json's num_hidden_layers: without a config.json
     that gives it, the mount is refused in one line naming the rule; a checkpoint
