@@ -1552,6 +1552,56 @@ def recipe_concat_from_not_list(root):
                        "a concat of one input")
 
 
+@case
+def recipe_offset_capture_not_in_from(root):
+    return recipe_case(root, lambda r: rule(r, WQ).update(offset={"k": 1}),
+                       "an offset of a capture \"from\" does not have")
+
+
+@case
+def recipe_offset_negative(root):
+    return recipe_case(root, lambda r: rule(r, WQ).update(offset={"i": -2}),
+                       "a negative offset (layer numbers are not counted down)")
+
+
+@case
+def recipe_offset_not_a_config_key(root):
+    return recipe_case(root, lambda r: rule(r, WQ).update(offset={"i": "num_hidden_layers"}),
+                       "an offset that is neither a number nor \"config:KEY\"")
+
+
+@case
+def recipe_offset_config_lacks_key(root):
+    return recipe_case(root, lambda r: rule(r, WQ).update(
+        offset={"i": "config:num_nextn_predict_layers"}),
+        "an offset from a config.json key Llama's config.json does not have")
+
+
+@case
+def recipe_offset_makes_one_name_twice(root):
+    return recipe_case(root, lambda r: rule(r, "layers.{i}.attention.wo.weight").update(
+        to="model.layers.{i}.self_attn.q_proj.weight", offset={"i": 1}),
+        "an offset that numbers layer 0's wo as layer 1's wq")
+
+
+@case
+def recipe_mtp_without_num_hidden_layers(root):
+    """The DeepSeek-V3 MTP fixture, the built-in recipe as a file, and an overlay whose
+    config.json lacks num_hidden_layers: the MTP layers' numbers cannot be known."""
+    tt = os.path.join(FIX, "torchtitan", "deepseek_v3_mtp")
+    shutil.copytree(os.path.join(tt, "ckpt", "step-1"), os.path.join(root, "src"))
+    with open(os.path.join(tt, "hf", "config.json")) as f:
+        cfg = json.load(f)
+    del cfg["num_hidden_layers"]
+    os.makedirs(os.path.join(root, "hf"))
+    with open(os.path.join(root, "hf", "config.json"), "w") as f:
+        json.dump(cfg, f)
+    rp = os.path.join(root, "recipe.json")
+    shutil.copy(os.path.join(REPO, "lib", "recipes", "builtin", "torchtitan-deepseek-v3.json"), rp)
+    return dict(source="src", path=rp, opts=[f"--recipe={rp}", f"--overlay={root}/hf"],
+                why="MTP layers numbered after num_hidden_layers, which config.json lacks")
+
+
 # ---------------------------------------------------------------- driver
 
 def build(out, names=None):
