@@ -324,7 +324,9 @@ def test_gpu_check_script_runs_on_the_cpu():
 
 TT = os.path.join(FIXTURES, "torchtitan")
 RECIPES = {"llama3": "torchtitan-llama3", "llama3_tied": "torchtitan-llama3",
-           "qwen3": "torchtitan-qwen3", "deepseek_v3": "torchtitan-deepseek-v3"}
+           "qwen3": "torchtitan-qwen3", "qwen3_moe": "torchtitan-qwen3",
+           "deepseek_v3": "torchtitan-deepseek-v3",
+           "deepseek_v3_mtp": "torchtitan-deepseek-v3"}
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
