@@ -71,7 +71,9 @@ static enum us_status resolve(struct run *x, size_t i)
 	const struct us_recipe_rule *r = &x->r->rules[i];
 	struct offsets *off = &x->off[i];
 
-	for (uint32_t k = 0; !off->done && k < r->noffset; k++) {
+	if (off->done)
+		return US_OK;
+	for (uint32_t k = 0; k < r->noffset; k++) {
 		const struct us_offset *o = &r->offset[k];
 		bool found = true;
 

@@ -124,8 +124,9 @@ enum us_status us_recipe_auto(const struct us_statedict *sd, const char **name,
 /*
  * us_recipe_apply - rewrite the (unfinalized) @sd by @r.  @cfgfd is the
  * directory whose config.json gives what a rule leaves to it (head_dim, an
- * offset), -1 for none.  A source name no rule matches, a transform that does not
- * fit a tensor's shape, two rules making one name: a one-line refusal.
+ * offset), -1 for none.  A source name no rule matches, a transform that
+ * does not fit a tensor's shape, two rules making one name, an offset
+ * config.json does not give: a one-line refusal.
  * Casts are recorded on sd (recipe_cast) and applied after finalize by
  * us_recipe_present (ties are found on the stored bytes).
  */
