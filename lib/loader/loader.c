@@ -142,21 +142,21 @@ static enum us_status open_sd(struct us_loader *ld, const char *path,
 			      struct us_err *err)
 {
 	struct us_err why = {0};
+	struct us_dir dir;
 	char now[64];
-	int dirfd;
 
 	us_source_opts_canon(&c->so, ld->options, sizeof(ld->options));
 	/* The daemon may read what this process may not: say that, rather
 	 * than what a reader makes of a directory it cannot list. */
-	if (ld->mounted && !readable(ld->source))
+	if (ld->mounted && !us_remote_is_url(ld->source) &&
+	    !readable(ld->source))
 		return us_err_set(err, US_E_IO, path, "the mount's SOURCE %s is "
 				  "not readable by this process: %s", ld->source,
 				  strerror(errno));
-	if (us_source_open(ld->source, &c->so, &ld->sd, &dirfd, &why) != US_OK)
+	if (us_source_open(ld->source, &c->so, &ld->sd, &dir, &why) != US_OK)
 		return ld->mounted ? mount_refusal(path, ld->source, &why, err)
 				   : (*err = why, why.status);
-	if (dirfd >= 0)
-		close(dirfd);
+	us_dir_close(&dir);
 	if (!identity)
 		return US_OK;
 	us_sd_identity(ld->sd, now, sizeof(now));

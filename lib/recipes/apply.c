@@ -327,7 +327,7 @@ static enum us_status run_all(struct run *x, const struct us_tensor *old,
 }
 
 enum us_status us_recipe_apply(struct us_statedict *sd,
-			       const struct us_recipe *r, int cfgfd,
+			       const struct us_recipe *r, const struct us_dir *cfg,
 			       struct us_err *err)
 {
 	struct run x = { .sd = sd, .r = r, .err = err };
@@ -336,7 +336,7 @@ enum us_status us_recipe_apply(struct us_statedict *sd,
 	enum us_status rc;
 
 	if (needs_config(r))
-		US_TRY(us_hfconfig_head_dim(cfgfd, &x.head_dim, err));
+		US_TRY(us_hfconfig_head_dim(cfg, &x.head_dim, err));
 	if (!(x.hit = calloc(r->nrules, sizeof(*x.hit))))
 		return us_err_set(err, US_E_NOMEM, ".", "out of memory");
 	sd->tensors = NULL;

@@ -18,7 +18,7 @@ static uint64_t get(const cJSON *cfg, const char *key)
 	return v;
 }
 
-enum us_status us_hfconfig_head_dim(int dirfd, uint64_t *head_dim,
+enum us_status us_hfconfig_head_dim(const struct us_dir *dir, uint64_t *head_dim,
 				    struct us_err *err)
 {
 	enum us_status rc = US_OK;
@@ -29,8 +29,8 @@ enum us_status us_hfconfig_head_dim(int dirfd, uint64_t *head_dim,
 	cJSON *cfg;
 
 	*head_dim = 0;
-	if (dirfd >= 0)
-		rc = us_read_small(dirfd, "config.json", MAX_CONFIG, &text, &len);
+	if (us_dir_is_open(dir))
+		rc = us_read_small(dir, "config.json", MAX_CONFIG, &text, &len);
 	if (rc != US_OK)
 		return us_err_set(err, rc, "config.json", "cannot be read (%s)",
 				  us_status_str(rc));

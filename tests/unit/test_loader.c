@@ -189,24 +189,24 @@ static void test_identity(const char *dir)
 	struct us_err err = {0};
 	char before[64], after[64], path[4200];
 	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, { 12345, 0 } };
-	int dirfd;
+	struct us_dir srcdir;
 
-	CHECK(us_source_open(dir, &so, &sd, &dirfd, &err) == US_OK);
+	CHECK(us_source_open(dir, &so, &sd, &srcdir, &err) == US_OK);
 	if (!sd)
 		return;
 	us_sd_identity(sd, before, sizeof(before));
 	CHECK(!strncmp(before, "v1:1:", 5));
 	us_sd_free(sd);
-	close(dirfd);
+	us_dir_close(&srcdir);
 	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
 	CHECK(utimensat(AT_FDCWD, path, ts, 0) == 0);
-	CHECK(us_source_open(dir, &so, &sd, &dirfd, &err) == US_OK);
+	CHECK(us_source_open(dir, &so, &sd, &srcdir, &err) == US_OK);
 	if (!sd)
 		return;
 	us_sd_identity(sd, after, sizeof(after));
 	CHECK(strcmp(before, after) != 0);
 	us_sd_free(sd);
-	close(dirfd);
+	us_dir_close(&srcdir);
 }
 
 int main(void)
