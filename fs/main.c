@@ -242,6 +242,7 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 	so.ds_weights = o->ds_weights;
 	so.recipe = o->recipe;
 	so.overlay = o->overlay;
+	so.remote = o->remote;
 	if (us_source_open(o->source, &so, &m->sd, &m->src, &err) != US_OK)
 		return err.status == US_E_USAGE ? refuse(o, &err)
 						: refuse_source(o, &err);
