@@ -454,8 +454,10 @@ static void us_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	enum us_status rc;
 
 	if (ino == FUSE_ROOT_ID && n) {
+		char tmp[US_ROOT_XATTR_TMP];
 		size_t len = 0;
-		const char *v = us_root_xattr(tree_of(req)->rootx, name, &len);
+		const char *v = us_root_xattr(tree_of(req)->rootx, name, tmp,
+					      &len);
 
 		if (v)
 			reply_xattr_value(req, v, len, size);
@@ -486,9 +488,13 @@ static void us_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	else if (n->kind == US_NODE_TENSOR)
 		reply_xattr_value(req, us_raw_xattr_list,
 				  us_raw_xattr_list_len, size);
-	else if (ino == FUSE_ROOT_ID && tree_of(req)->rootx)
-		reply_xattr_value(req, us_root_xattr_list,
-				  us_root_xattr_list_len, size);
+	else if (ino == FUSE_ROOT_ID && tree_of(req)->rootx) {
+		size_t len;
+		const char *names = us_root_xattr_names(tree_of(req)->rootx,
+							&len);
+
+		reply_xattr_value(req, names, len, size);
+	}
 	else
 		reply_xattr_value(req, NULL, 0, size);
 }

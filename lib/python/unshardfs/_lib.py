@@ -34,7 +34,15 @@ class Opts(ctypes.Structure):
                 ("ties", ctypes.c_char_p), ("deepspeed_weights", ctypes.c_char_p),
                 ("threads", ctypes.c_uint), ("cache_size", ctypes.c_uint64),
                 ("recipe", ctypes.c_char_p), ("overlay", ctypes.c_char_p),
-                ("hugepages", ctypes.c_bool)]
+                ("hugepages", ctypes.c_bool),
+                ("endpoint_url", ctypes.c_char_p), ("region", ctypes.c_char_p),
+                ("profile", ctypes.c_char_p), ("addressing", ctypes.c_char_p),
+                ("no_sign_request", ctypes.c_bool), ("cache_dir", ctypes.c_char_p)]
+
+# A remote SOURCE's store (s3://, https://), as the daemon's options of the
+# same names: keyword arguments of Loader and load().
+REMOTE_KEYS = ("endpoint_url", "region", "profile", "addressing", "no_sign_request",
+               "cache_dir")
 
 
 class _Tensor(ctypes.Structure):
@@ -130,10 +138,13 @@ class TensorInfo:
 class Loader:
     """One opened checkpoint (us_loader_open); a context manager."""
 
-    def __init__(self, path, options=None, threads=0, hugepages=False):
-        o = options or {}
+    def __init__(self, path, options=None, threads=0, hugepages=False, *,
+                 endpoint_url=None, region=None, profile=None, addressing=None,
+                 no_sign_request=False, cache_dir=None):
+        o = dict(options or {})
         unknown = set(o) - {"format", "no_unwrap", "strip_prefix", "dtype", "ties",
-                            "deepspeed_weights", "cache_size", "recipe", "overlay"}
+                            "deepspeed_weights", "cache_size", "recipe",
+                            "overlay"} - set(REMOTE_KEYS)
         if unknown:
             raise TypeError(f"unshardfs: unknown options {sorted(unknown)}")
         strips = o.get("strip_prefix") or ()
@@ -145,11 +156,18 @@ class Loader:
         def s(key):
             v = o.get(key)
             return None if v is None else str(v).encode()
+
+        def kw(v, key):  # a keyword argument, else the options dict's
+            return s(key) if v is None else os.fsencode(str(v))
         opts = Opts(format=s("format"), no_unwrap=bool(o.get("no_unwrap")),
                     strip_prefix=self._strips, nstrip=len(strips), dtype=s("dtype"),
                     ties=s("ties"), deepspeed_weights=s("deepspeed_weights"),
                     threads=threads, cache_size=int(o.get("cache_size") or 0),
-                    recipe=s("recipe"), overlay=s("overlay"), hugepages=bool(hugepages))
+                    recipe=s("recipe"), overlay=s("overlay"), hugepages=bool(hugepages),
+                    endpoint_url=kw(endpoint_url, "endpoint_url"), region=kw(region, "region"),
+                    profile=kw(profile, "profile"), addressing=kw(addressing, "addressing"),
+                    no_sign_request=bool(no_sign_request or o.get("no_sign_request")),
+                    cache_dir=kw(cache_dir, "cache_dir"))
         self._lib = lib()
         self._h = ctypes.c_void_p()
         err = _Err()
