@@ -30,14 +30,15 @@ struct us_pt_list {
 
 /* us_pt_scan - list the passthrough tree of the directory @dir (local or
  * remote).  Parents always come before their children. */
-enum us_status us_pt_scan(const struct us_dir *dir, const struct us_statedict *sd,
-			  struct us_pt_list *out, struct us_err *err);
+enum us_status us_pt_scan(const struct us_dir *dir,
+			  const struct us_statedict *sd, struct us_pt_list *out,
+			  struct us_err *err);
 void us_pt_free(struct us_pt_list *l);
 
 /*
  * us_pt_overlay - add the regular files (symlinks followed) directly in
  * @dir to @l as top-level entries (--overlay).  Their relpath is absolute
- * (us_file_open opens an absolute relpath locally, whatever the SOURCE), and an overlay file
+ * (us_file_open opens it locally, whatever SOURCE is), and an overlay file
  * replaces a SOURCE file of the same name: the user added it on purpose
  * (an HF config.json beside a trainer's own).  Subdirectories are not
  * walked: an overlay is a flat config directory.
