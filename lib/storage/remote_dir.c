@@ -155,55 +155,67 @@ static void stat_dir(const char *key, struct stat *st)
 	st->st_blksize = 4096;
 }
 
-/* What @key is: 1 an object (*@o set), 2 a directory, -1 with errno. */
-static int classify(const struct us_remote *r, const char *key,
-		    const struct us_remote_object **o)
+enum kind { NOT_THERE = -1, OBJECT = 1, DIRECTORY = 2 };
+
+/* What @key is (*@o set for an object); NOT_THERE with errno. */
+static enum kind classify(const struct us_remote *r, const char *key,
+			  const struct us_remote_object **o)
 {
 	*o = key[0] ? us_remote_find(r, key) : NULL;
 	if (*o)
-		return 1;
+		return OBJECT;
 	if (is_dir_key(r, key))
-		return 2;
+		return DIRECTORY;
 	errno = through_file(r, key) ? ENOTDIR : ENOENT;
-	return -1;
+	return NOT_THERE;
+}
+
+/* @name under @d: its kind, and its key in *@key (malloc'ed; NULL when
+ * NOT_THERE, errno saying why). */
+static enum kind lookup(const struct us_dir *d, const char *name, char **key,
+			const struct us_remote_object **o)
+{
+	enum kind kind;
+
+	*key = join_key(d->prefix, name);
+	if (!*key)
+		return NOT_THERE;
+	kind = classify(d->remote, *key, o);
+	if (kind == NOT_THERE) {
+		free(*key);
+		*key = NULL;
+	}
+	return kind;
 }
 
 int us_rdir_statat(const struct us_dir *d, const char *name, struct stat *st)
 {
 	const struct us_remote_object *o;
-	char *key = join_key(d->prefix, name);
-	int kind;
+	char *key;
+	enum kind kind = lookup(d, name, &key, &o);
 
-	if (!key)
-		return -1;
-	kind = classify(d->remote, key, &o);
-	if (kind == 1)
+	if (kind == OBJECT)
 		stat_object(o, st);
-	else if (kind == 2)
+	else if (kind == DIRECTORY)
 		stat_dir(key, st);
 	free(key);
-	return kind < 0 ? -1 : 0;
+	return kind == NOT_THERE ? -1 : 0;
 }
 
 int us_rdir_openat(const struct us_dir *d, const char *name,
 		   struct us_dir *out)
 {
 	const struct us_remote_object *o;
-	char *key = join_key(d->prefix, name);
-	int kind;
+	char *key;
+	enum kind kind = lookup(d, name, &key, &o);
+	int rc = -1;
 
-	if (!key)
-		return -1;
-	kind = classify(d->remote, key, &o);
-	if (kind != 2) {
-		if (kind == 1)
-			errno = ENOTDIR;
-		free(key);
-		return -1;
-	}
-	kind = us_dir_open_remote(d->remote, key, out);
+	if (kind == OBJECT)
+		errno = ENOTDIR;
+	else if (kind == DIRECTORY)
+		rc = us_dir_open_remote(d->remote, key, out);
 	free(key);
-	return kind;
+	return rc;
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -239,23 +251,22 @@ enum us_status us_rdir_list(const struct us_dir *d, char ***names_out,
 
 	assert(plen == 0 || d->prefix[plen - 1] == '/');
 	for (size_t i = lower_bound(r, d->prefix); i < us_remote_count(r); i++) {
-		const char *k = us_remote_at(r, i)->key, *rest, *slash;
+		const char *k = us_remote_at(r, i)->key, *rest;
+		size_t len;
 
 		if (!starts_with(k, d->prefix, plen))
 			break;
 		rest = k + plen;
-		slash = strchr(rest, '/');
-		if (slash == rest)
+		len = strcspn(rest, "/"); /* the first component below */
+		if (len == 0)
 			continue; /* "a//b": no name to show */
-		/* The run of keys sharing this last listed component is
-		 * adjacent: skip it without another strdup. */
-		if (n > 0 && strlen(names[n - 1]) ==
-				     (size_t)(slash ? slash - rest : (ptrdiff_t)strlen(rest)) &&
-		    starts_with(rest, names[n - 1], strlen(names[n - 1])))
+		/* Keys sharing the last listed component are adjacent: the
+		 * run is skipped without another copy. */
+		if (n > 0 && strlen(names[n - 1]) == len &&
+		    starts_with(rest, names[n - 1], len))
 			continue;
 		if (US_GROW(names, cap, n) != US_OK ||
-		    !(names[n] = slash ? strndup(rest, (size_t)(slash - rest))
-				       : strdup(rest))) {
+		    !(names[n] = strndup(rest, len))) {
 			us_dirlist_free(names, n);
 			return US_E_NOMEM;
 		}
@@ -270,16 +281,13 @@ enum us_status us_rdir_file_open(const struct us_dir *d, const char *relpath,
 				 struct us_file *f)
 {
 	const struct us_remote_object *o;
-	char *key = join_key(d->prefix, relpath);
-	int kind;
+	char *key;
+	enum kind kind = lookup(d, relpath, &key, &o);
 
-	if (!key)
-		return errno == ENOMEM ? US_E_NOMEM : US_E_IO;
-	kind = classify(d->remote, key, &o);
 	free(key);
-	if (kind < 0)
-		return US_E_IO; /* errno: ENOENT, ENOTDIR */
-	if (kind == 2)
+	if (kind == NOT_THERE)
+		return errno == ENOMEM ? US_E_NOMEM : US_E_IO; /* ENOENT, ... */
+	if (kind == DIRECTORY)
 		return US_E_FORMAT; /* a directory: not a regular file */
 	f->fd = -1;
 	f->remote = d->remote;
