@@ -272,7 +272,8 @@ static void gather_config(const struct us_dir *dir, struct us_tie_evidence *ev)
 	free(text);
 }
 
-enum us_status us_tie_evidence_gather(const struct us_statedict *sd, const struct us_dir *dir,
+enum us_status us_tie_evidence_gather(const struct us_statedict *sd,
+				      const struct us_dir *dir,
 				      struct us_tie_evidence *ev)
 {
 	int rc;

@@ -48,7 +48,8 @@ struct us_tie_evidence {
  * SOURCE directory; -1 for none).  A missing or unreadable config.json is
  * no evidence, not an error.  Fails only when out of memory.
  */
-enum us_status us_tie_evidence_gather(const struct us_statedict *sd, const struct us_dir *dir,
+enum us_status us_tie_evidence_gather(const struct us_statedict *sd,
+				      const struct us_dir *dir,
 				      struct us_tie_evidence *ev);
 
 void us_tie_evidence_free(struct us_tie_evidence *ev);

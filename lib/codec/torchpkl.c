@@ -257,7 +257,8 @@ static enum us_status check_byteorder(const struct us_torch_archive *ta,
 }
 
 /* data.pkl, read whole (the caller bounded its size) and loaded. */
-static enum us_status load_data_pkl(struct us_torch_archive *ta, const struct us_file *f,
+static enum us_status load_data_pkl(struct us_torch_archive *ta,
+				    const struct us_file *f,
 				    uint64_t base, const struct us_zip_entry *pkl,
 				    size_t budget, struct us_arena *a,
 				    struct us_err *err)
@@ -281,7 +282,8 @@ static enum us_status load_data_pkl(struct us_torch_archive *ta, const struct us
 	return st;
 }
 
-enum us_status us_torch_archive_open(struct us_torch_archive *ta, const struct us_file *f,
+enum us_status us_torch_archive_open(struct us_torch_archive *ta,
+				     const struct us_file *f,
 				     uint64_t base, uint64_t len,
 				     struct us_arena *a, struct us_err *err)
 {

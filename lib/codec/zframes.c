@@ -199,7 +199,8 @@ static enum us_status skippable_frame(struct walk *w)
 	return skip(w, us_le(b + 4, 4));
 }
 
-enum us_status us_zframes_walk(const struct us_file *f, uint64_t off, uint64_t len,
+enum us_status us_zframes_walk(const struct us_file *f, uint64_t off,
+			       uint64_t len,
 			       struct us_zframes *out, struct us_err *err)
 {
 	struct walk w = { .f = f, .base = off, .end = off + len, .pos = off,

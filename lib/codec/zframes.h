@@ -44,7 +44,8 @@ struct us_zframes {
  * else @out->bad_at and @err's reason, without a path (us_err_reason):
  * US_E_FORMAT for damaged frames, US_E_IO when the range cannot be read.
  */
-enum us_status us_zframes_walk(const struct us_file *f, uint64_t off, uint64_t len,
+enum us_status us_zframes_walk(const struct us_file *f, uint64_t off,
+			       uint64_t len,
 			       struct us_zframes *out, struct us_err *err);
 
 #endif /* US_ZFRAMES_H */

@@ -264,7 +264,8 @@ static enum us_status read_central(struct us_zip *z, uint64_t cd_size,
 	return st;
 }
 
-enum us_status us_zip_open(struct us_zip *z, const struct us_file *f, uint64_t base,
+enum us_status us_zip_open(struct us_zip *z, const struct us_file *f,
+			   uint64_t base,
 			   uint64_t len, struct us_arena *a, struct us_err *err)
 {
 	unsigned char tail[EOCD_LEN + MAX_COMMENT];

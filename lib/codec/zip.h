@@ -51,7 +51,8 @@ struct us_zip {
  * (us_err_reason): US_E_FORMAT for a malformed archive, US_E_IO when bytes
  * of the range cannot be read, US_E_NOMEM.
  */
-enum us_status us_zip_open(struct us_zip *z, const struct us_file *f, uint64_t base,
+enum us_status us_zip_open(struct us_zip *z, const struct us_file *f,
+			   uint64_t base,
 			   uint64_t len, struct us_arena *arena,
 			   struct us_err *err);
 

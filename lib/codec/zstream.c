@@ -49,7 +49,8 @@ static void dctx_put(ZSTD_DCtx *d)
 		ZSTD_freeDCtx(d);
 }
 
-struct us_zstream *us_zstream_open(const struct us_file *f, uint64_t off, uint64_t len)
+struct us_zstream *us_zstream_open(const struct us_file *f, uint64_t off,
+				   uint64_t len)
 {
 	struct us_zstream *z = calloc(1, sizeof(*z));
 

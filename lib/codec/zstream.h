@@ -33,7 +33,8 @@ struct us_zstream;
  * us_zstream_open - a decoder for the frames at [@off, @off + @len) of @f,
  * positioned at decoded byte 0.  Returns NULL when out of memory.
  */
-struct us_zstream *us_zstream_open(const struct us_file *f, uint64_t off, uint64_t len);
+struct us_zstream *us_zstream_open(const struct us_file *f, uint64_t off,
+				   uint64_t len);
 void us_zstream_close(struct us_zstream *z);
 
 /*

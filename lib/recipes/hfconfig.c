@@ -18,7 +18,8 @@ static uint64_t get(const cJSON *cfg, const char *key)
 	return v;
 }
 
-enum us_status us_hfconfig_head_dim(const struct us_dir *dir, uint64_t *head_dim,
+enum us_status us_hfconfig_head_dim(const struct us_dir *dir,
+				    uint64_t *head_dim,
 				    struct us_err *err)
 {
 	enum us_status rc = US_OK;

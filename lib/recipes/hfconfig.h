@@ -13,7 +13,8 @@
  * computes it).  0 when there is no config.json or it gives neither; a
  * config.json that is not JSON is a refusal naming it.
  */
-enum us_status us_hfconfig_head_dim(const struct us_dir *dir, uint64_t *head_dim,
+enum us_status us_hfconfig_head_dim(const struct us_dir *dir,
+				    uint64_t *head_dim,
 				    struct us_err *err);
 
 #endif /* US_RECIPE_HFCONFIG_H */

@@ -11,7 +11,8 @@
 
 #define MAX_INDEX (256ull << 20)
 
-static enum us_status index_load(struct us_statedict *sd, const struct us_dir *dir,
+static enum us_status index_load(struct us_statedict *sd,
+				 const struct us_dir *dir,
 				 const char *relpath, cJSON **root,
 				 struct us_err *err)
 {

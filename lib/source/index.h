@@ -13,7 +13,8 @@
 #include "../model.h"
 
 /* Reads one shard, describing its tensors into @sd. */
-typedef enum us_status (*us_shard_reader)(struct us_statedict *sd, const struct us_dir *dir,
+typedef enum us_status (*us_shard_reader)(struct us_statedict *sd,
+			const struct us_dir *dir,
 					  const char *relpath,
 					  struct us_err *err);
 

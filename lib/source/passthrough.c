@@ -51,7 +51,8 @@ static bool pt_is_ancestor(const struct us_pt_list *l, size_t dir_idx,
 	return root->st_dev == st->st_dev && root->st_ino == st->st_ino;
 }
 
-static enum us_status pt_walk(const struct us_dir *dir, const struct us_statedict *sd,
+static enum us_status pt_walk(const struct us_dir *dir,
+			      const struct us_statedict *sd,
 			      struct us_pt_list *l, const char *prefix,
 			      size_t parent, const struct stat *root, int depth)
 {
@@ -95,7 +96,8 @@ static enum us_status pt_walk(const struct us_dir *dir, const struct us_statedic
 	return rc;
 }
 
-enum us_status us_pt_scan(const struct us_dir *dir, const struct us_statedict *sd,
+enum us_status us_pt_scan(const struct us_dir *dir,
+			  const struct us_statedict *sd,
 			  struct us_pt_list *out, struct us_err *err)
 {
 	struct stat root;
@@ -113,7 +115,8 @@ enum us_status us_pt_scan(const struct us_dir *dir, const struct us_statedict *s
 	return US_OK;
 }
 
-enum us_status us_pt_collect(const struct us_dir *src, const struct us_statedict *sd,
+enum us_status us_pt_collect(const struct us_dir *src,
+			     const struct us_statedict *sd,
 			     const char *overlay, struct us_pt_list *l,
 			     struct us_err *err)
 {

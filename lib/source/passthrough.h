@@ -52,7 +52,8 @@ enum us_status us_pt_overlay(const char *dir, struct us_pt_list *l,
  * the files of @overlay (NULL: none).  The mount, export and inspect all
  * list it so.  On failure @l is freed.
  */
-enum us_status us_pt_collect(const struct us_dir *src, const struct us_statedict *sd,
+enum us_status us_pt_collect(const struct us_dir *src,
+			     const struct us_statedict *sd,
 			     const char *overlay, struct us_pt_list *l,
 			     struct us_err *err);
 

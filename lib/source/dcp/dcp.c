@@ -349,7 +349,8 @@ static enum us_status open_item_file(struct dcp *d, const struct dcp_item *it,
 
 /* A stored item: its archive is parsed in place, offsets are the file's.
  * Failures leave a reason without a path in @why (item_extent adds it). */
-static enum us_status plain_item(const struct us_file *f, const struct dcp_item *it,
+static enum us_status plain_item(const struct us_file *f,
+				 const struct dcp_item *it,
 				 struct us_arena *a, struct us_torch_tensor *tt,
 				 struct us_extent *x, struct us_err *why)
 {
@@ -372,7 +373,8 @@ static enum us_status plain_item(const struct us_file *f, const struct dcp_item 
  * CRC (possible only for an item too long to be verified here), makes
  * reads of that tensor answer EIO, never other bytes.
  */
-static enum us_status zstd_item(const struct us_file *f, const struct dcp_item *it,
+static enum us_status zstd_item(const struct us_file *f,
+				const struct dcp_item *it,
 				struct us_arena *a, struct us_torch_tensor *tt,
 				struct us_extent *x, struct us_err *why,
 				uint64_t *bad_at)
@@ -625,7 +627,8 @@ static const char *optim_name(const struct dcp *d, const char *fqn)
 
 /* The Python object of a byte item: the data.pkl of its torch.save
  * archive, stored, or compressed (decoded whole, up to 16 MiB). */
-static enum us_status byte_item_root(const struct us_file *f, const struct dcp_item *it,
+static enum us_status byte_item_root(const struct us_file *f,
+				     const struct dcp_item *it,
 				     enum us_transform xf, struct us_arena *a,
 				     struct us_pk **root, struct us_err *why)
 {
@@ -911,7 +914,8 @@ static bool dcp_probe(const struct us_dir *dir, const char *file)
 }
 
 /* One DCP directory (@prefix) of SOURCE: its .metadata and items. */
-static enum us_status read_dcp_dir(struct us_statedict *sd, const struct us_dir *dir,
+static enum us_status read_dcp_dir(struct us_statedict *sd,
+				   const struct us_dir *dir,
 				   const char *prefix, bool optim_only,
 				   cJSON *optim_tree, size_t *json_budget,
 				   struct us_err *err)
@@ -1056,7 +1060,8 @@ static enum us_status finish_optim_json(struct us_statedict *sd, cJSON *tree,
 	return sd->optim_json ? US_OK : US_E_NOMEM;
 }
 
-static enum us_status dcp_read(struct us_statedict *sd, const struct us_dir *dir,
+static enum us_status dcp_read(struct us_statedict *sd,
+			       const struct us_dir *dir,
 			       const char *file,
 			       const struct us_source_opts *opts,
 			       struct us_err *err)

@@ -325,7 +325,8 @@ static enum us_status frames_hold(struct head *h, const struct us_zframes *zf,
 }
 
 /* The stream of the frames at [@off, @off + @len), for @h. */
-static enum us_status head_open(struct head *h, const struct us_file *f, uint64_t off,
+static enum us_status head_open(struct head *h, const struct us_file *f,
+				uint64_t off,
 				uint64_t len)
 {
 	h->z = us_zstream_open(f, off, len);
@@ -338,7 +339,8 @@ static void head_close(struct head *h)
 	free(h->buf);
 }
 
-enum us_status us_dcp_zstd_item(const struct us_file *f, uint64_t off, uint64_t len,
+enum us_status us_dcp_zstd_item(const struct us_file *f, uint64_t off,
+				uint64_t len,
 				struct us_arena *a, struct us_dcp_zitem *out,
 				struct us_err *err)
 {
@@ -395,7 +397,8 @@ static enum us_status value_walk(struct head *h, struct us_arena *a,
 	return decode_to_end(h);
 }
 
-enum us_status us_dcp_zstd_value(const struct us_file *f, uint64_t off, uint64_t len,
+enum us_status us_dcp_zstd_value(const struct us_file *f, uint64_t off,
+				 uint64_t len,
 				 struct us_arena *a, struct us_pk **root,
 				 struct us_err *err)
 {

@@ -50,7 +50,8 @@ struct us_dcp_zitem {
  * no tensor, US_E_UNSUPPORTED for a tensor that cannot be served, US_E_IO,
  * US_E_NOMEM.
  */
-enum us_status us_dcp_zstd_item(const struct us_file *f, uint64_t off, uint64_t len,
+enum us_status us_dcp_zstd_item(const struct us_file *f, uint64_t off,
+				uint64_t len,
 				struct us_arena *a, struct us_dcp_zitem *out,
 				struct us_err *err);
 
@@ -61,7 +62,8 @@ enum us_status us_dcp_zstd_item(const struct us_file *f, uint64_t off, uint64_t 
  * US_DCP_ZSTD_HEAD_MAX bytes, and data.pkl, its first record, is loaded
  * into *@root (allocated in @a).  Fails as us_dcp_zstd_item does.
  */
-enum us_status us_dcp_zstd_value(const struct us_file *f, uint64_t off, uint64_t len,
+enum us_status us_dcp_zstd_value(const struct us_file *f, uint64_t off,
+				 uint64_t len,
 				 struct us_arena *a, struct us_pk **root,
 				 struct us_err *err);
 

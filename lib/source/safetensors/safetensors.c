@@ -244,7 +244,8 @@ static enum us_status st_add_chunks(struct us_statedict *sd, uint32_t file,
 	return rc;
 }
 
-static enum us_status st_read_file(struct us_statedict *sd, const struct us_dir *dir,
+static enum us_status st_read_file(struct us_statedict *sd,
+				   const struct us_dir *dir,
 				   const char *relpath,
 				   struct us_st_pieces *pieces,
 				   struct us_err *err)
@@ -290,7 +291,8 @@ out:
 	return rc;
 }
 
-static enum us_status st_read_one(struct us_statedict *sd, const struct us_dir *dir,
+static enum us_status st_read_one(struct us_statedict *sd,
+				  const struct us_dir *dir,
 				  const char *relpath, struct us_err *err)
 {
 	return st_read_file(sd, dir, relpath, NULL, err);
@@ -310,7 +312,8 @@ static bool has_name(char **names, size_t n, const char *name)
  * several files, or one DCP save's per-rank shards, whose chunks of a name
  * make one tensor (st_dcp.h).  A lone file stays visible too unless it is
  * the view's own name (us_sd_unconsume says why). */
-static enum us_status st_read_all(struct us_statedict *sd, const struct us_dir *dir,
+static enum us_status st_read_all(struct us_statedict *sd,
+				  const struct us_dir *dir,
 				  char **names, size_t n, struct us_err *err)
 {
 	struct us_st_pieces *pieces = us_st_pieces_new();
@@ -343,7 +346,8 @@ static enum us_status st_read_all(struct us_statedict *sd, const struct us_dir *
  * directory -- a stale index and its shards, an adapter -- passes
  * through), else the index, else every *.safetensors file.
  */
-static enum us_status st_read_dir(struct us_statedict *sd, const struct us_dir *dir,
+static enum us_status st_read_dir(struct us_statedict *sd,
+				  const struct us_dir *dir,
 				  struct us_err *err)
 {
 	const char *index;

@@ -429,7 +429,8 @@ static bool has_storages(const struct us_zip *z)
 	return false;
 }
 
-static enum us_status torch_read_file(struct us_statedict *sd, const struct us_dir *dir,
+static enum us_status torch_read_file(struct us_statedict *sd,
+				      const struct us_dir *dir,
 				      const char *relpath, struct us_err *err)
 {
 	struct us_torch_archive ta;
@@ -470,7 +471,8 @@ out:
 }
 
 /* torch.save archives are zips; before torch 1.6 they were bare pickles. */
-static enum us_status torch_read_checked(struct us_statedict *sd, const struct us_dir *dir,
+static enum us_status torch_read_checked(struct us_statedict *sd,
+					 const struct us_dir *dir,
 					 const char *relpath, struct us_err *err)
 {
 	unsigned char magic[4] = {0};
@@ -526,7 +528,8 @@ static enum us_status pick_single(char **names, size_t n, const char **pick,
 		     : us_err_set(err, US_E_FORMAT, ".", "no torch.save file");
 }
 
-static enum us_status torch_read_dir(struct us_statedict *sd, const struct us_dir *dir,
+static enum us_status torch_read_dir(struct us_statedict *sd,
+				     const struct us_dir *dir,
 				     struct us_err *err)
 {
 	const char *index = NULL, *pick = NULL;
@@ -566,7 +569,8 @@ static bool torch_probe(const struct us_dir *dir, const char *file)
 	return us_dir_any(dir, torch_dir_entry);
 }
 
-static enum us_status torch_read(struct us_statedict *sd, const struct us_dir *dir,
+static enum us_status torch_read(struct us_statedict *sd,
+				 const struct us_dir *dir,
 				 const char *file,
 				 const struct us_source_opts *opts,
 				 struct us_err *err)
