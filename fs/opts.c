@@ -126,7 +126,7 @@ void us_opts_usage(FILE *out)
 "                           (default: memory only)\n"
 "    --cache-dir-size=SIZE  bound on --cache-dir (default: 10G)\n"
 "    --connections=N        parallel requests, 1 to 256 (default: 8)\n"
-"    --retries=N            retries of a failed request, then EIO, 0 to 100\n"
+"    --retries=N            retries of a failed request, then EIO, 1 to 100\n"
 "                           (default: 5)\n"
 "    --timeout=S            seconds one request may take, 1 to 3600\n"
 "                           (default: 30)\n"
@@ -432,9 +432,11 @@ static int set_connections(struct us_opts *o, const char *v)
 	return set_count(&o->remote.connections, "connections", v, 1, 256);
 }
 
+/* At least 1: remote.h reads 0 as its default (5), so --retries=0 would
+ * quietly mean five. */
 static int set_retries(struct us_opts *o, const char *v)
 {
-	return set_count(&o->remote.retries, "retries", v, 0, 100);
+	return set_count(&o->remote.retries, "retries", v, 1, 100);
 }
 
 static int set_timeout(struct us_opts *o, const char *v)

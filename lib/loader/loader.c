@@ -26,6 +26,11 @@ static enum us_status remote_from_user(const struct us_loader_opts *lo,
 	r->profile = lo->profile;
 	r->no_sign = lo->no_sign_request;
 	r->cache_dir = lo->cache_dir;
+	r->block_size = lo->block_size;
+	r->cache_dir_size = lo->cache_dir_size;
+	r->connections = lo->connections;
+	r->retries = lo->retries;
+	r->timeout_s = lo->timeout_s;
 	if (!lo->addressing)
 		return US_OK;
 	for (a = 0; a < sizeof(addressing) / sizeof(*addressing); a++)
@@ -77,7 +82,8 @@ static bool opts_given(const struct us_loader_opts *lo)
 		      lo->ties || lo->deepspeed_weights || lo->recipe ||
 		      lo->overlay || lo->endpoint_url || lo->region ||
 		      lo->profile || lo->addressing || lo->no_sign_request ||
-		      lo->cache_dir);
+		      lo->cache_dir || lo->block_size || lo->cache_dir_size ||
+		      lo->connections || lo->retries || lo->timeout_s);
 }
 
 /* The value of xattr @name of @path, malloc'ed and NUL-terminated, or NULL

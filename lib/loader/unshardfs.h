@@ -66,6 +66,11 @@ struct us_loader_opts {
 	const char *addressing;        /* --addressing: auto, path, virtual */
 	bool no_sign_request;          /* --no-sign-request */
 	const char *cache_dir;         /* --cache-dir */
+	uint64_t block_size;           /* --block-size; 0: the default */
+	uint64_t cache_dir_size;       /* --cache-dir-size; 0: the default */
+	unsigned connections;          /* --connections; 0: the default */
+	unsigned retries;              /* --retries; 0: the default */
+	unsigned timeout_s;            /* --timeout, seconds; 0: the default */
 };
 
 /*

@@ -141,10 +141,10 @@ def test_remote_store_options_parse_and_leave_a_local_source_alone():
     r = run_cli("inspect", "--endpoint-url=http://127.0.0.1:9", "--region", "eu-west-1",
                 "--profile=p", "--addressing=path", "--no-sign-request", "--block-size=1M",
                 "--cache-dir=/nonexistent", "--cache-dir-size=1G", "--connections=4",
-                "--retries=0", "--timeout=5", SOURCES["sample"])
+                "--retries=1", "--timeout=5", SOURCES["sample"])
     assert r.returncode == 0 and r.stdout == plain.stdout, r.stderr
     for bad in ("--addressing=sideways", "--endpoint-url=ftp://x", "--block-size=0",
-                "--connections=0", "--retries=101", "--timeout=x", "--region="):
+                "--connections=0", "--retries=0", "--retries=101", "--timeout=x", "--region="):
         r = run_cli("inspect", bad, SOURCES["sample"])
         lines = r.stderr.splitlines()
         assert r.returncode == 1 and len(lines) == 1, (bad, r.returncode, r.stderr)

@@ -37,12 +37,17 @@ class Opts(ctypes.Structure):
                 ("hugepages", ctypes.c_bool),
                 ("endpoint_url", ctypes.c_char_p), ("region", ctypes.c_char_p),
                 ("profile", ctypes.c_char_p), ("addressing", ctypes.c_char_p),
-                ("no_sign_request", ctypes.c_bool), ("cache_dir", ctypes.c_char_p)]
+                ("no_sign_request", ctypes.c_bool), ("cache_dir", ctypes.c_char_p),
+                ("block_size", ctypes.c_uint64), ("cache_dir_size", ctypes.c_uint64),
+                ("connections", ctypes.c_uint), ("retries", ctypes.c_uint),
+                ("timeout_s", ctypes.c_uint)]
 
 # A remote SOURCE's store (s3://, https://), as the daemon's options of the
-# same names: keyword arguments of Loader and load().
+# same names: keyword arguments of Loader and load(); the counts (block_size,
+# cache_dir_size, connections, retries, timeout) also as options={...}.
 REMOTE_KEYS = ("endpoint_url", "region", "profile", "addressing", "no_sign_request",
                "cache_dir")
+REMOTE_COUNTS = ("block_size", "cache_dir_size", "connections", "retries", "timeout")
 
 
 class _Tensor(ctypes.Structure):
@@ -144,7 +149,7 @@ class Loader:
         o = dict(options or {})
         unknown = set(o) - {"format", "no_unwrap", "strip_prefix", "dtype", "ties",
                             "deepspeed_weights", "cache_size", "recipe",
-                            "overlay"} - set(REMOTE_KEYS)
+                            "overlay"} - set(REMOTE_KEYS) - set(REMOTE_COUNTS)
         if unknown:
             raise TypeError(f"unshardfs: unknown options {sorted(unknown)}")
         strips = o.get("strip_prefix") or ()
@@ -167,7 +172,11 @@ class Loader:
                     endpoint_url=kw(endpoint_url, "endpoint_url"), region=kw(region, "region"),
                     profile=kw(profile, "profile"), addressing=kw(addressing, "addressing"),
                     no_sign_request=bool(no_sign_request or o.get("no_sign_request")),
-                    cache_dir=kw(cache_dir, "cache_dir"))
+                    cache_dir=kw(cache_dir, "cache_dir"),
+                    block_size=int(o.get("block_size") or 0),
+                    cache_dir_size=int(o.get("cache_dir_size") or 0),
+                    connections=int(o.get("connections") or 0),
+                    retries=int(o.get("retries") or 0), timeout_s=int(o.get("timeout") or 0))
         self._lib = lib()
         self._h = ctypes.c_void_p()
         err = _Err()
