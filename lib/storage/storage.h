@@ -95,7 +95,8 @@ enum us_status us_file_open_fd(int fd, struct us_file *f);
 /*
  * us_file_pread - exactly @len bytes at @off of @f into @buf: US_OK, or
  * US_E_IO with errno set (EIO when the file ends early, or when a remote
- * object changed since mount or could not be fetched within its retries).
+ * object changed since mount or could not be fetched within its retries;
+ * EBADF, as pread says, for an @f with neither a descriptor nor a store).
  */
 enum us_status us_file_pread(const struct us_file *f, void *buf, size_t len,
 			     uint64_t off);
