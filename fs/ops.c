@@ -479,6 +479,15 @@ static void us_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	us_sbuf_free(&b);
 }
 
+/* The root's names: remote_stats only for a remote SOURCE. */
+static void reply_root_names(fuse_req_t req, size_t size)
+{
+	size_t len;
+	const char *names = us_root_xattr_names(tree_of(req)->rootx, &len);
+
+	reply_xattr_value(req, names, len, size);
+}
+
 static void us_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct us_node *n = us_tree_get(tree_of(req), ino);
@@ -488,13 +497,8 @@ static void us_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	else if (n->kind == US_NODE_TENSOR)
 		reply_xattr_value(req, us_raw_xattr_list,
 				  us_raw_xattr_list_len, size);
-	else if (ino == FUSE_ROOT_ID && tree_of(req)->rootx) {
-		size_t len;
-		const char *names = us_root_xattr_names(tree_of(req)->rootx,
-							&len);
-
-		reply_xattr_value(req, names, len, size);
-	}
+	else if (ino == FUSE_ROOT_ID && tree_of(req)->rootx)
+		reply_root_names(req, size);
 	else
 		reply_xattr_value(req, NULL, 0, size);
 }
