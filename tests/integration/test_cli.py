@@ -133,7 +133,7 @@ def test_value_option_without_its_value_is_a_usage_error(tmp_path):
         assert len(lines) == 1 and lines[0].startswith("unshardfs: ") and opt in lines[0], lines
 
 
-def test_remote_store_options_parse_and_leave_a_local_source_alone():
+def test_remote_store_options_parse_and_leave_a_local_source_alone(tmp_path):
     """The remote SOURCE options (fs/opts.c): any of them with a local SOURCE changes
     nothing; a bad value is a usage error of one line naming the option."""
     plain = run_cli("inspect", SOURCES["sample"])
@@ -149,6 +149,11 @@ def test_remote_store_options_parse_and_leave_a_local_source_alone():
         lines = r.stderr.splitlines()
         assert r.returncode == 1 and len(lines) == 1, (bad, r.returncode, r.stderr)
         assert bad.split("=")[0] in lines[0], (bad, lines)
+    # and as -o NAME=V on a mount ('_' for '-'), checked before anything mounts
+    r = run_cli("-o", "endpoint_url=http://127.0.0.1:9,no_sign_request,retries=0",
+                SOURCES["sample"], str(tmp_path))
+    lines = r.stderr.splitlines()
+    assert r.returncode == 1 and len(lines) == 1 and "--retries" in lines[0], r.stderr
 
 
 def test_dtype_aliases_as_torch_spells_them(tmp_path):
