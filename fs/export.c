@@ -44,7 +44,7 @@ struct out_file {
 struct export {
 	const struct us_opts *o;
 	struct us_assembler *as;  /* reads the views' tensors */
-	int srcfd;                /* SOURCE's directory, or -1 */
+	const struct us_dir *src; /* SOURCE's directory, or US_DIR_NONE */
 	struct out_file *f;
 	size_t n, cap;
 	size_t model_at, nmodel;  /* f[model_at..]: the model's view(s) */
@@ -299,7 +299,7 @@ static int plan_passthrough(struct export *x, const struct us_statedict *sd,
 	/* The same files as the mount's (an overlay file replacing SOURCE's),
 	 * so the directory written loads as the mount does.  A bad --overlay
 	 * is a usage error. */
-	if (us_pt_collect(x->srcfd, sd, x->o->overlay, &x->pt, &err) != US_OK) {
+	if (us_pt_collect(x->src, sd, x->o->overlay, &x->pt, &err) != US_OK) {
 		us_msg(LOG_ERR, "%s", err.msg);
 		return err.status == US_E_USAGE ? EXIT_USAGE : EXIT_FAILED;
 	}
@@ -508,31 +508,35 @@ static int write_view(struct us_assembler *as, struct out_file *f, char *buf,
 	return 0;
 }
 
-/* A passthrough file, copied as it is now (to its end, as cp does). */
-static int write_copy(struct out_file *f, int srcfd, char *buf,
+/* A passthrough file, copied as it is now (to its size when opened; an
+ * overlay file's absolute path opens locally, whatever SOURCE is). */
+static int write_copy(struct out_file *f, const struct us_dir *src, char *buf,
 		      struct us_progress *p)
 {
-	int in = openat(srcfd, f->src, O_RDONLY | O_CLOEXEC);
+	struct us_file in;
+	uint64_t off = 0;
+	enum us_status st = us_file_open(src, f->src, &in);
 	int rc = 0;
 
-	if (in < 0) {
-		us_msg(LOG_ERR, "%s: %s", f->src, strerror(errno));
+	if (st != US_OK) {
+		us_msg(LOG_ERR, "%s: %s", f->src, st == US_E_IO ? strerror(errno)
+				: "not a regular file");
 		return EXIT_FAILED;
 	}
-	while (rc == 0 && !caught) {
-		ssize_t got = read(in, buf, EXPORT_PIECE);
+	while (rc == 0 && !caught && off < (uint64_t)in.size) {
+		size_t n = (uint64_t)in.size - off < EXPORT_PIECE
+				   ? (size_t)((uint64_t)in.size - off)
+				   : EXPORT_PIECE;
 
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got < 0) {
+		if (us_file_pread(&in, buf, n, off) != US_OK) {
 			us_msg(LOG_ERR, "%s: %s", f->src, strerror(errno));
 			rc = EXIT_FAILED;
-		}
-		if (got <= 0)
 			break;
-		rc = write_piece(f, buf, (size_t)got, p);
+		}
+		rc = write_piece(f, buf, n, p);
+		off += n;
 	}
-	close(in);
+	us_file_close(&in);
 	return caught ? EXIT_FAILED : rc;
 }
 
@@ -559,7 +563,7 @@ static int write_one(const struct export *x, struct out_file *f, char *buf,
 
 	if (f->fd < 0 && (rc = open_tmp(f)) != 0)
 		return rc;
-	rc = f->v ? write_view(x->as, f, buf, p) : write_copy(f, x->srcfd, buf, p);
+	rc = f->v ? write_view(x->as, f, buf, p) : write_copy(f, x->src, buf, p);
 	if (rc == 0 && f->path)
 		rc = finish_one(f);
 	return rc;
@@ -660,23 +664,22 @@ static void remove_stale_shards(const struct us_opts *o, const struct out_file *
 	size_t stem, s2;
 	char **names;
 	size_t nn;
-	int dfd;
+	struct us_dir out;
 
 	if (!shard_name(first, &stem) || !(ext = strrchr(first, '.')))
 		return;
-	dfd = open(o->out, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
+	if (us_dir_open_path(o->out, &out) < 0)
 		return;
-	if (us_dirlist(dfd, &names, &nn) == US_OK) {
+	if (us_dirlist(&out, &names, &nn) == US_OK) {
 		for (size_t i = 0; i < nn; i++)
 			if (shard_name(names[i], &s2) && s2 == stem &&
 			    !strncmp(names[i], first, stem) &&
 			    !strcmp(strrchr(names[i], '.'), ext) &&
 			    !written(f, n, names[i]))
-				unlinkat(dfd, names[i], 0);
+				unlinkat(out.fd, names[i], 0);
 		us_dirlist_free(names, nn);
 	}
-	close(dfd);
+	us_dir_close(&out);
 }
 
 static uint64_t total_size(const struct export *x)
@@ -714,10 +717,10 @@ static int run(struct export *x, const struct us_statedict *sd,
 }
 
 int us_export(const struct us_opts *o, struct us_assembler *as,
-	      const struct us_statedict *sd, int srcfd,
+	      const struct us_statedict *sd, const struct us_dir *src,
 	      struct us_view *const *views, size_t n)
 {
-	struct export x = { .o = o, .as = as, .srcfd = srcfd };
+	struct export x = { .o = o, .as = as, .src = src };
 	char *buf = malloc(EXPORT_PIECE);
 	int rc = EXIT_FAILED;
 

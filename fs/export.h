@@ -25,7 +25,7 @@
  * one, OUT ending in '/', or any OUT with --max-shard-size or --optimizer;
  * made if missing) gets a complete loadable directory: each view under its
  * own name, every file a mount of @sd would pass through (read from
- * SOURCE's directory @srcfd, -1 when SOURCE is one file) and, with
+ * SOURCE's directory @src, US_DIR_NONE when SOURCE is one file) and, with
  * --optimizer, optimizer.safetensors and optimizer.json; anything else is
  * the one view's file.  Tensors are read through @as.  An output name that exists is refused unless
  * --force, before anything is written.  Progress on stderr when it is a
@@ -35,7 +35,7 @@
  * dies of that signal.
  */
 int us_export(const struct us_opts *o, struct us_assembler *as,
-	      const struct us_statedict *sd, int srcfd,
+	      const struct us_statedict *sd, const struct us_dir *src,
 	      struct us_view *const *views, size_t n);
 
 /*

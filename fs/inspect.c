@@ -330,14 +330,14 @@ static int visible_files(struct us_pt_list *pt)
 	return 0;
 }
 
-int us_inspect_print(const struct us_statedict *sd, int srcfd,
+int us_inspect_print(const struct us_statedict *sd, const struct us_dir *src,
 		     const char *overlay, bool json, FILE *out)
 {
 	struct us_pt_list pt = {0};
 	struct us_err err = {0};
 	int rc;
 
-	if (us_pt_collect(srcfd, sd, overlay, &pt, &err) != US_OK) {
+	if (us_pt_collect(src, sd, overlay, &pt, &err) != US_OK) {
 		fprintf(stderr, "unshardfs: %s\n", err.msg);
 		return -1;
 	}

@@ -43,7 +43,7 @@
 struct mount_state {
 	struct us_statedict *sd;
 	struct us_assembler *as; /* the mount's one: every view reads through it */
-	int srcfd;
+	struct us_dir src;       /* SOURCE's directory (US_DIR_NONE: a file) */
 	struct us_view **views;  /* the root's rendered files */
 	size_t nviews, capviews;
 	struct us_view *raw;     /* tensors/: one raw view per tensor, one block */
@@ -51,6 +51,18 @@ struct mount_state {
 	struct us_tree tree;
 	struct us_root_xattrs rootx; /* what a loader asks the root */
 };
+
+/* The root's template stat: SOURCE's own, or for a remote SOURCE a
+ * read-only directory (tree.c makes its times the newest object's). */
+static int source_root_stat(const char *source, const struct us_statedict *sd,
+			    struct stat *st)
+{
+	if (!sd->remote)
+		return stat(source, st);
+	*st = (struct stat){ .st_mode = S_IFDIR | 0555, .st_nlink = 2,
+			     .st_uid = getuid(), .st_gid = getgid() };
+	return 0;
+}
 
 /* One line for @err, naming SOURCE as given (source_hint.h). */
 static int refuse(const struct us_opts *o, const struct us_err *err)
@@ -79,8 +91,7 @@ static void mount_state_free(struct mount_state *m)
 		us_view_free(m->views[i]);
 	free(m->views);
 	us_view_raw_array_free(m->raw);
-	if (m->srcfd >= 0)
-		close(m->srcfd);
+	us_dir_close(&m->src); /* before the state dict: it may use its store */
 	us_assembler_free(m->as);
 	us_root_xattrs_free(&m->rootx);
 	us_sd_free(m->sd);
@@ -223,7 +234,7 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 	struct stat root;
 
 	memset(m, 0, sizeof(*m));
-	m->srcfd = -1;
+	m->src = US_DIR_NONE;
 	raise_nofile();
 	so.ties = o->ties;
 	so.cast = o->cast;
@@ -231,7 +242,8 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 	so.ds_weights = o->ds_weights;
 	so.recipe = o->recipe;
 	so.overlay = o->overlay;
-	if (us_source_open(o->source, &so, &m->sd, &m->srcfd, &err) != US_OK)
+	so.remote = o->remote;
+	if (us_source_open(o->source, &so, &m->sd, &m->src, &err) != US_OK)
 		return err.status == US_E_USAGE ? refuse(o, &err)
 						: refuse_source(o, &err);
 	if (m->sd->recipe_hint)
@@ -249,11 +261,11 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 	if ((o->views & US_VIEW_TENSORS) &&
 	    us_view_raw_array_new(m->sd, &m->raw, &err) != US_OK)
 		return refuse(o, &err);
-	if (us_pt_collect(m->srcfd, m->sd, o->overlay, &m->pt, &err) != US_OK)
+	if (us_pt_collect(&m->src, m->sd, o->overlay, &m->pt, &err) != US_OK)
 		return refuse(o, &err);
-	if (stat(o->source, &root) < 0 ||
+	if (source_root_stat(o->source, m->sd, &root) < 0 ||
 	    us_tree_build(&m->tree, m->views, m->nviews, m->sd, m->raw, &m->pt,
-			  m->srcfd, &root) < 0) {
+			  &m->src, &root) < 0) {
 		us_err_set(&err, US_E_NOMEM, ".", "cannot build the tree: %s",
 			   strerror(errno ? errno : ENOMEM));
 		return refuse(o, &err);
@@ -464,10 +476,10 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	rc = prepare(&o, &m);
 	if (rc == 0 && o.inspect)
-		rc = us_inspect_print(m.sd, m.srcfd, o.overlay, o.json, stdout) < 0 ?
+		rc = us_inspect_print(m.sd, &m.src, o.overlay, o.json, stdout) < 0 ?
 		     EXIT_REFUSED : 0;
 	else if (rc == 0 && o.export_cmd)
-		rc = us_export(&o, m.as, m.sd, m.srcfd, m.views, m.nviews);
+		rc = us_export(&o, m.as, m.sd, &m.src, m.views, m.nviews);
 	else if (rc == 0)
 		rc = serve(&o, &m);
 	mount_state_free(&m);

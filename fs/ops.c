@@ -122,27 +122,53 @@ static void us_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_attr(req, &st, US_TIMEOUT);
 }
 
-/* Open a passthrough file and make sure it is still the file seen at mount. */
-static int open_passthrough(struct us_tree *t, const struct us_node *n)
+/*
+ * Open a passthrough file and make sure it is still the file seen at mount.
+ * The open file lives on the heap (fi->fh) until release: a local one is
+ * spliced from its descriptor, a remote one read through its store.
+ */
+static int open_passthrough(struct us_tree *t, const struct us_node *n,
+			    struct us_file **out)
 {
 	const struct stat *was = n->like;
-	struct stat st;
-	int fd = openat(t->srcfd, n->u.relpath, O_RDONLY | O_CLOEXEC);
+	struct us_file *f = calloc(1, sizeof(*f));
+	enum us_status rc;
+	struct stat now;
+	int e;
 
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st) < 0 || !us_same_file(was, &st)) {
-		close(fd);
+	if (!f)
+		return -ENOMEM;
+	/* An overlay file's relpath is absolute: us_file_open opens it
+	 * locally, whatever SOURCE is. */
+	rc = us_file_open(t->src, n->u.relpath, f);
+	if (rc != US_OK) {
+		e = rc == US_E_IO ? errno : rc == US_E_NOMEM ? ENOMEM : EIO;
+		free(f);
+		return -e;
+	}
+	now = (struct stat){ .st_dev = f->dev, .st_ino = f->ino,
+			     .st_size = f->size, .st_mtim = f->mtime,
+			     .st_ctim = f->ctime };
+	if (!us_same_file(was, &now)) {
+		us_file_close(f);
+		free(f);
 		return -EIO;
 	}
-	return fd;
+	*out = f;
+	return 0;
+}
+
+static struct us_file *fh_file(const struct fuse_file_info *fi)
+{
+	return (struct us_file *)(uintptr_t)fi->fh;
 }
 
 static void us_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct us_tree *t = tree_of(req);
 	struct us_node *n = us_tree_get(t, ino);
-	int fd;
+	struct us_file *f = NULL;
+	int rc;
 
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
@@ -159,12 +185,12 @@ static void us_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	us_bdi_apply(); /* before the reply: bdi.c says why */
 	fi->fh = 0;
 	if (n->kind == US_NODE_PASSTHROUGH) {
-		fd = open_passthrough(t, n);
-		if (fd < 0) {
-			fuse_reply_err(req, -fd);
+		rc = open_passthrough(t, n, &f);
+		if (rc < 0) {
+			fuse_reply_err(req, -rc);
 			return;
 		}
-		fi->fh = (uint64_t)fd;
+		fi->fh = (uint64_t)(uintptr_t)f;
 	}
 	/* The bytes never change: keep the page cache across opens. */
 	fi->keep_cache = 1;
@@ -228,8 +254,10 @@ static int reply_mapped(fuse_req_t req, const struct us_node *n, size_t size,
 	if (!us_fits_pipe(size, 1))
 		return -EAGAIN;
 	if (n->kind == US_NODE_PASSTHROUGH) {
-		segv[0] = (struct us_seg){ .fd = (int)fi->fh, .off = (uint64_t)off,
-					   .len = size };
+		if (fh_file(fi)->fd < 0)
+			return -EAGAIN; /* remote: no descriptor to splice */
+		segv[0] = (struct us_seg){ .fd = fh_file(fi)->fd,
+					   .off = (uint64_t)off, .len = size };
 		return reply_segs(req, segv, 1);
 	}
 	if (n->kind != US_NODE_VIEW && n->kind != US_NODE_TENSOR)
@@ -266,7 +294,7 @@ static void reply_buffered(fuse_req_t req, const struct us_node *n,
 		got = st == US_OK ? (long long)nread : -us_status_errno(st);
 	} else {
 		/* a passthrough file: its own errno (EIO when it ends early) */
-		got = us_pread_exact((int)fi->fh, buf, size, (uint64_t)off) == US_OK
+		got = us_file_pread(fh_file(fi), buf, size, (uint64_t)off) == US_OK
 			      ? (long long)size : -errno;
 	}
 	if (got < 0)
@@ -303,8 +331,10 @@ static void us_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	struct us_node *n = us_tree_get(tree_of(req), ino);
 
-	if (n && n->kind == US_NODE_PASSTHROUGH && fi->fh)
-		close((int)fi->fh);
+	if (n && n->kind == US_NODE_PASSTHROUGH && fi->fh) {
+		us_file_close(fh_file(fi));
+		free(fh_file(fi));
+	}
 	fuse_reply_err(req, 0);
 }
 
@@ -424,8 +454,10 @@ static void us_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	enum us_status rc;
 
 	if (ino == FUSE_ROOT_ID && n) {
+		char tmp[US_ROOT_XATTR_TMP];
 		size_t len = 0;
-		const char *v = us_root_xattr(tree_of(req)->rootx, name, &len);
+		const char *v = us_root_xattr(tree_of(req)->rootx, name, tmp,
+					      &len);
 
 		if (v)
 			reply_xattr_value(req, v, len, size);
@@ -447,6 +479,15 @@ static void us_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	us_sbuf_free(&b);
 }
 
+/* The root's names: remote_stats only for a remote SOURCE. */
+static void reply_root_names(fuse_req_t req, size_t size)
+{
+	size_t len;
+	const char *names = us_root_xattr_names(tree_of(req)->rootx, &len);
+
+	reply_xattr_value(req, names, len, size);
+}
+
 static void us_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct us_node *n = us_tree_get(tree_of(req), ino);
@@ -457,8 +498,7 @@ static void us_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		reply_xattr_value(req, us_raw_xattr_list,
 				  us_raw_xattr_list_len, size);
 	else if (ino == FUSE_ROOT_ID && tree_of(req)->rootx)
-		reply_xattr_value(req, us_root_xattr_list,
-				  us_root_xattr_list_len, size);
+		reply_root_names(req, size);
 	else
 		reply_xattr_value(req, NULL, 0, size);
 }

@@ -102,6 +102,34 @@ void us_opts_usage(FILE *out)
 "                           the passthrough files; they win over SOURCE's\n"
 "                           files of the same name (mount, inspect; export\n"
 "                           writes them into OUTDIR/)\n"
+"\n",
+	      out);
+	fputs(
+"remote SOURCE options (SOURCE s3://BUCKET[/PREFIX], or an http:// or\n"
+"https:// URL of one file or of a directory's index; mount, inspect and\n"
+"export; credentials as the AWS tools take them, never options):\n"
+"    --endpoint-url=URL     an S3-compatible store's endpoint (default:\n"
+"                           AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else\n"
+"                           AWS's for the region)\n"
+"    --region=R             the bucket's region (default: AWS_REGION,\n"
+"                           AWS_DEFAULT_REGION, the profile's, us-east-1)\n"
+"    --profile=P            the credentials/config profile (default:\n"
+"                           AWS_PROFILE, else default)\n"
+"    --addressing=A         auto|path|virtual: path-style URLs\n"
+"                           (endpoint/BUCKET/KEY) or virtual-hosted ones\n"
+"                           (BUCKET.endpoint/KEY) (default: auto, path-style\n"
+"                           with --endpoint-url)\n"
+"    --no-sign-request      anonymous requests, for public buckets (default:\n"
+"                           signed)\n"
+"    --block-size=SIZE      the unit fetched and cached (default: 8M)\n"
+"    --cache-dir=DIR        keep fetched blocks in DIR across mounts\n"
+"                           (default: memory only)\n"
+"    --cache-dir-size=SIZE  bound on --cache-dir (default: 10G)\n"
+"    --connections=N        parallel requests, 1 to 256 (default: 8)\n"
+"    --retries=N            retries of a failed request, then EIO, 1 to 100\n"
+"                           (default: 5)\n"
+"    --timeout=S            seconds one request may take, 1 to 3600\n"
+"                           (default: 30)\n"
 "\n"
 "export options:\n"
 "    --view=V               safetensors|bin: model.safetensors (or its shards)\n"
@@ -325,6 +353,97 @@ static int set_overlay(struct us_opts *o, const char *v)
 	return 0;
 }
 
+/* ---- a remote SOURCE's store (remote.h's struct us_remote_opts) -------- */
+
+/* A non-empty string kept as given: --endpoint-url, --region, --profile,
+ * --cache-dir.  @name for the message. */
+static int set_text(const char **field, const char *name, const char *v)
+{
+	if (!*v)
+		return usage_error("bad --%s ''", name);
+	*field = v;
+	return 0;
+}
+
+static int set_endpoint_url(struct us_opts *o, const char *v)
+{
+	if (strncmp(v, "http://", 7) != 0 && strncmp(v, "https://", 8) != 0)
+		return usage_error("bad --endpoint-url '%s' (http://HOST[:PORT] "
+				   "or https://...)", v);
+	o->remote.endpoint_url = v;
+	return 0;
+}
+
+static int set_region(struct us_opts *o, const char *v)
+{
+	return set_text(&o->remote.region, "region", v);
+}
+
+static int set_profile(struct us_opts *o, const char *v)
+{
+	return set_text(&o->remote.profile, "profile", v);
+}
+
+static int set_cache_dir(struct us_opts *o, const char *v)
+{
+	return set_text(&o->remote.cache_dir, "cache-dir", v);
+}
+
+static int set_addressing(struct us_opts *o, const char *v)
+{
+	static const char *const names[] = {"auto", "path", "virtual", NULL};
+	int a = index_of(v, names);
+
+	if (a < 0)
+		return usage_error("unknown --addressing '%s' (auto, path or "
+				   "virtual)", v);
+	o->remote.addressing = (enum us_addressing)a;
+	return 0;
+}
+
+static int set_block_size(struct us_opts *o, const char *v)
+{
+	return parse_size(v, &o->remote.block_size) && o->remote.block_size
+		? 0 : usage_error("bad --block-size '%s'", v);
+}
+
+static int set_cache_dir_size(struct us_opts *o, const char *v)
+{
+	return parse_size(v, &o->remote.cache_dir_size) ? 0
+		: usage_error("bad --cache-dir-size '%s'", v);
+}
+
+/* A count in [@min, @max] into *@out: --connections, --retries, --timeout. */
+static int set_count(unsigned *out, const char *name, const char *v,
+		     uint64_t min, uint64_t max)
+{
+	uint64_t n;
+
+	if (!parse_number(v, 10, max, &n, NULL) || n < min)
+		return usage_error("bad --%s '%s' (%llu to %llu)", name, v,
+				   (unsigned long long)min,
+				   (unsigned long long)max);
+	*out = (unsigned)n;
+	return 0;
+}
+
+static int set_connections(struct us_opts *o, const char *v)
+{
+	return set_count(&o->remote.connections, "connections", v, 1, 256);
+}
+
+/* At least 1: remote.h reads 0 as its default (5), so --retries=0 would
+ * quietly mean five. */
+static int set_retries(struct us_opts *o, const char *v)
+{
+	return set_count(&o->remote.retries, "retries", v, 1, 100);
+}
+
+static int set_timeout(struct us_opts *o, const char *v)
+{
+	return set_count(&o->remote.timeout_s, "timeout", v, 1, 3600);
+}
+
 static int set_strip_prefix(struct us_opts *o, const char *v)
 {
 	if (o->nstrip == US_MAX_STRIP || !*v)
@@ -406,6 +525,17 @@ static const struct opt_def {
 	{"direct-io", AT_ALL, SET(set_direct_io)},
 	{"recipe", AT_ALL, SET(set_recipe)},
 	{"overlay", AT_ALL, SET(set_overlay)},
+	{"endpoint-url", AT_ALL, SET(set_endpoint_url)},
+	{"region", AT_ALL, SET(set_region)},
+	{"profile", AT_ALL, SET(set_profile)},
+	{"addressing", AT_ALL, SET(set_addressing)},
+	{"no-sign-request", AT_ALL, FLAG(remote.no_sign)},
+	{"block-size", AT_ALL, SET(set_block_size)},
+	{"cache-dir", AT_ALL, SET(set_cache_dir)},
+	{"cache-dir-size", AT_ALL, SET(set_cache_dir_size)},
+	{"connections", AT_ALL, SET(set_connections)},
+	{"retries", AT_ALL, SET(set_retries)},
+	{"timeout", AT_ALL, SET(set_timeout)},
 	{"views", AT_MOUNT, SET(set_views)},
 	{"view", AT_EXPORT, SET(set_view)},
 	{"uid", AT_MOUNT | DASH_O_ONLY, SET(set_uid)},

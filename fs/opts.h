@@ -101,6 +101,9 @@ struct us_opts {
 	bool direct_io;            /* --direct-io=on: read() past the page cache */
 	const char *recipe;        /* --recipe: NULL, "auto", NAME or FILE */
 	const char *overlay;       /* --overlay DIR, or NULL */
+	/* --endpoint-url, --region, ...: a remote SOURCE's store (0/NULL:
+	 * remote.h's defaults) */
+	struct us_remote_opts remote;
 	/* -o uid=N,gid=N,umask=M: owner and mode bits of every file served */
 	bool set_uid, set_gid, set_umask;
 	uid_t uid;

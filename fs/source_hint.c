@@ -17,37 +17,41 @@
 
 #define HINT_NAMES 3 /* subdirectories named before "and N more" */
 
-/* Is @name under @dirfd a directory that a reader recognises? */
-static bool sub_probes(int dirfd, const char *name)
+/* Is @name under @d a directory that a reader recognises? */
+static bool sub_probes(const struct us_dir *d, const char *name)
 {
-	int d = openat(dirfd, name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	struct us_dir sub;
 	bool yes;
 
-	if (d < 0)
+	if (us_dir_openat(d, name, &sub) < 0)
 		return false;
-	yes = us_source_probe(d);
-	close(d);
+	yes = us_source_probe(&sub);
+	us_dir_close(&sub);
 	return yes;
 }
 
 bool us_source_recognised(const char *path)
 {
-	return sub_probes(AT_FDCWD, path);
+	/* A remote SOURCE gets no hint: its listing is the store's, and
+	 * hints are about local folders (hub caches, runs). */
+	return us_remote_is_url(path) || sub_probes(NULL, path);
 }
 
 /* The revision refs/main names, when it is a snapshot directory. */
-static bool hub_main(int repo, char *rev, size_t cap)
+static bool hub_main(const struct us_dir *repo, char *rev, size_t cap)
 {
-	int fd = openat(repo, "refs/main", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	ssize_t n;
+	struct us_file f;
+	size_t n;
 	char path[160];
 
-	if (fd < 0)
+	if (us_file_open(repo, "refs/main", &f) != US_OK)
 		return false;
-	n = read(fd, rev, cap - 1);
-	close(fd);
-	if (n <= 0)
+	n = (uint64_t)f.size < cap - 1 ? (size_t)f.size : cap - 1;
+	if (n == 0 || us_file_pread(&f, rev, n, 0) != US_OK) {
+		us_file_close(&f);
 		return false;
+	}
+	us_file_close(&f);
 	rev[n] = '\0';
 	rev[strcspn(rev, " \t\r\n/")] = '\0';
 	snprintf(path, sizeof(path), "snapshots/%s", rev);
@@ -56,51 +60,53 @@ static bool hub_main(int repo, char *rev, size_t cap)
 
 /* A hub cache repository (models--org--name/ with snapshots/): mount a
  * snapshot, the one refs/main names when it is a checkpoint. */
-static bool hint_hub(int dirfd, const char *source, char *buf, size_t cap)
+static bool hint_hub(const struct us_dir *d, const char *source, char *buf,
+		     size_t cap)
 {
-	int snaps = openat(dirfd, "snapshots", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	struct us_dir snaps;
 	char rev[128];
 	char **names;
 	size_t n, found = SIZE_MAX;
 
-	if (snaps < 0)
+	if (us_dir_openat(d, "snapshots", &snaps) < 0)
 		return false;
-	if (hub_main(dirfd, rev, sizeof(rev))) {
-		close(snaps);
+	if (hub_main(d, rev, sizeof(rev))) {
+		us_dir_close(&snaps);
 		snprintf(buf, cap, "; it is a Hugging Face cache repository: "
 			 "mount its snapshot %s/snapshots/%s", source, rev);
 		return true;
 	}
-	if (us_dirlist(snaps, &names, &n) != US_OK) {
-		close(snaps);
+	if (us_dirlist(&snaps, &names, &n) != US_OK) {
+		us_dir_close(&snaps);
 		return false;
 	}
 	for (size_t i = 0; i < n && found == SIZE_MAX; i++)
-		if (sub_probes(snaps, names[i]))
+		if (sub_probes(&snaps, names[i]))
 			found = i;
 	if (found != SIZE_MAX)
 		snprintf(buf, cap, "; it is a Hugging Face cache repository: "
 			 "mount a snapshot, e.g. %s/snapshots/%s", source,
 			 names[found]);
 	us_dirlist_free(names, n);
-	close(snaps);
+	us_dir_close(&snaps);
 	return found != SIZE_MAX;
 }
 
 /* Checkpoints one level down (a run's checkpoint-500/, checkpoint-1000/):
  * name a few of them. */
-static bool hint_subdirs(int dirfd, const char *source, char *buf, size_t cap)
+static bool hint_subdirs(const struct us_dir *d, const char *source,
+			 char *buf, size_t cap)
 {
 	char **names;
 	size_t n, hits = 0, pos;
 	const char *sep = source[strlen(source) - 1] == '/' ? "" : "/";
 
-	if (us_dirlist(dirfd, &names, &n) != US_OK)
+	if (us_dirlist(d, &names, &n) != US_OK)
 		return false;
 	pos = (size_t)snprintf(buf, cap, "; checkpoints are in its "
 			       "subdirectories, mount one:");
 	for (size_t i = 0; i < n; i++) {
-		if (!sub_probes(dirfd, names[i]))
+		if (!sub_probes(d, names[i]))
 			continue;
 		if (hits++ < HINT_NAMES && pos < cap)
 			pos += (size_t)snprintf(buf + pos, cap - pos, "%s %s%s%s",
@@ -116,14 +122,14 @@ static bool hint_subdirs(int dirfd, const char *source, char *buf, size_t cap)
 
 static void find_hint(const char *source, char *buf, size_t cap)
 {
-	int d = open(source, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	struct us_dir d;
 
 	buf[0] = '\0';
-	if (d < 0)
+	if (us_remote_is_url(source) || us_dir_open_path(source, &d) < 0)
 		return;
-	if (!hint_hub(d, source, buf, cap) && !hint_subdirs(d, source, buf, cap))
+	if (!hint_hub(&d, source, buf, cap) && !hint_subdirs(&d, source, buf, cap))
 		buf[0] = '\0';
-	close(d);
+	us_dir_close(&d);
 }
 
 void us_source_refusal(FILE *out, const char *source, const struct us_err *err,

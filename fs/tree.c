@@ -310,9 +310,12 @@ static void derive_stat(const struct us_statedict *sd, struct stat *st,
 {
 	*view_perm = 0444;
 	for (size_t i = 0; sd && i < sd->nfiles; i++) {
-		struct stat f;
+		const struct us_file *uf = &sd->files[i];
+		/* A remote object: read-only, times as recorded at open. */
+		struct stat f = { .st_mode = S_IFREG | 0444,
+				  .st_mtim = uf->mtime, .st_ctim = uf->ctime };
 
-		if (fstat(sd->files[i].fd, &f) < 0)
+		if (uf->fd >= 0 && fstat(uf->fd, &f) < 0)
 			continue;
 		*view_perm &= f.st_mode;
 		if (newer(&f.st_mtim, &st->st_mtim))
@@ -325,14 +328,14 @@ static void derive_stat(const struct us_statedict *sd, struct stat *st,
 int us_tree_build(struct us_tree *t, struct us_view *const *views,
 		  size_t nviews, const struct us_statedict *sd,
 		  const struct us_view *raw, const struct us_pt_list *pt,
-		  int srcfd, const struct stat *root_st)
+		  const struct us_dir *src, const struct stat *root_st)
 {
 	struct builder b = { .t = t };
 	bool tensors = sd && raw;
 	int rc = -1;
 
 	memset(t, 0, sizeof(*t));
-	t->srcfd = srcfd;
+	t->src = src;
 	t->root_st = *root_st;
 	derive_stat(sd, &t->root_st, &t->view_perm);
 	if (tree_reserve(&b, nviews, tensors ? sd : NULL, pt) < 0 ||

@@ -60,7 +60,7 @@ struct us_node {
 			size_t nents;
 		} dir;                          /* US_NODE_DIR */
 		const struct us_view *view;     /* US_NODE_VIEW, US_NODE_TENSOR */
-		const char *relpath;            /* US_NODE_PASSTHROUGH: under srcfd */
+		const char *relpath;            /* US_NODE_PASSTHROUGH: under src */
 	} u;
 };
 
@@ -87,7 +87,8 @@ struct us_tree {
 	struct stat root_st;     /* SOURCE's stat at mount, as new as its
 				  * newest source file: the template */
 	mode_t view_perm;        /* views and tensors/: read bits of all sources */
-	int srcfd;               /* SOURCE directory, or -1 */
+	const struct us_dir *src; /* SOURCE directory (not owned; US_DIR_NONE
+				   * when SOURCE is one file) */
 	uint64_t total_bytes;    /* for statfs: every inode counted once */
 	uint64_t total_inodes;   /* for statfs: the nodes that have a name */
 	struct us_readahead *ra; /* the views' sources read ahead, or NULL */
@@ -107,7 +108,7 @@ struct us_tree {
 int us_tree_build(struct us_tree *t, struct us_view *const *views,
 		  size_t nviews, const struct us_statedict *sd,
 		  const struct us_view *raw, const struct us_pt_list *pt,
-		  int srcfd, const struct stat *root_st);
+		  const struct us_dir *src, const struct stat *root_st);
 void us_tree_free(struct us_tree *t);
 
 /* us_tree_get - the node of @ino, or NULL when it is not one of ours. */

@@ -1,5 +1,8 @@
-/* io.c - pread loops. */
+/* io.c - pread loops (the local half of storage.h's us_file_pread). */
 #include "io.h"
+
+#include "model.h"
+#include "storage/storage.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,41 +36,42 @@ enum us_status us_pread_exact(int fd, void *buf, size_t len, uint64_t off)
 	return US_OK;
 }
 
-/* The open file @fd of us_read_small, checked and read whole. */
-static enum us_status read_whole(int fd, uint64_t max, char **text,
-				 size_t *len)
+/* The open file @f of us_read_small, checked and read whole. */
+static enum us_status read_whole(const struct us_file *f, uint64_t max,
+				 char **text, size_t *len)
 {
-	struct stat st;
 	enum us_status rc;
 
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-	    (uint64_t)st.st_size > max)
+	if ((uint64_t)f->size > max)
 		return US_E_FORMAT;
-	if (!(*text = malloc((size_t)st.st_size + 1)))
+	if (!(*text = malloc((size_t)f->size + 1)))
 		return US_E_NOMEM;
-	rc = us_pread_exact(fd, *text, (size_t)st.st_size, 0);
+	rc = us_file_pread(f, *text, (size_t)f->size, 0);
 	if (rc != US_OK) {
 		free(*text);
 		*text = NULL;
 		return rc;
 	}
-	(*text)[st.st_size] = '\0';
-	*len = (size_t)st.st_size;
+	(*text)[f->size] = '\0';
+	*len = (size_t)f->size;
 	return US_OK;
 }
 
-enum us_status us_read_small(int dirfd, const char *name, uint64_t max,
-			     char **text, size_t *len)
+enum us_status us_read_small(const struct us_dir *d, const char *name,
+			     uint64_t max, char **text, size_t *len)
 {
-	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	struct us_file f;
 	enum us_status rc;
 
 	*text = NULL;
 	*len = 0;
-	if (fd < 0)
-		return US_OK;
-	rc = read_whole(fd, max, text, len);
-	close(fd);
+	rc = us_file_open(d, name, &f);
+	if (rc == US_E_IO)
+		return US_OK; /* errno says why */
+	if (rc != US_OK)
+		return rc;
+	rc = read_whole(&f, max, text, len);
+	us_file_close(&f);
 	return rc;
 }
 

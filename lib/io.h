@@ -18,16 +18,17 @@
 enum us_status us_pread_exact(int fd, void *buf, size_t len, uint64_t off);
 
 /*
- * us_read_small - the whole of the regular file @name (relative to @dirfd,
- * or AT_FDCWD) when it is at most @max bytes: malloc'ed, NUL-terminated, in
- * *@text (*@len bytes).  Opened with O_NONBLOCK, so a FIFO under that name
- * cannot hang a mount.  US_OK with *@text NULL when it cannot be opened
- * (errno says why: absent is not an error for every caller); US_E_FORMAT
- * for something other than a regular file, or one over @max; US_E_NOMEM;
- * US_E_IO when reading it fails.
+ * us_read_small - the whole of the regular file @name (relative to @d, or
+ * the current directory when @d is NULL; storage.h) when it is at most @max
+ * bytes: malloc'ed, NUL-terminated, in *@text (*@len bytes).  Opened with
+ * O_NONBLOCK, so a FIFO under that name cannot hang a mount.  US_OK with
+ * *@text NULL when it cannot be opened (errno says why: absent is not an
+ * error for every caller); US_E_FORMAT for something other than a regular
+ * file, or one over @max; US_E_NOMEM; US_E_IO when reading it fails.
  */
-enum us_status us_read_small(int dirfd, const char *name, uint64_t max,
-			     char **text, size_t *len);
+struct us_dir;
+enum us_status us_read_small(const struct us_dir *d, const char *name,
+			     uint64_t max, char **text, size_t *len);
 
 /*
  * us_same_file - is @now (a fresh fstat) still the file @was recorded at mount?

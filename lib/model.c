@@ -12,6 +12,7 @@
 #include "codec/json.h"
 #include "grow.h"
 #include "overlap.h"
+#include "storage/remote.h"
 
 struct us_statedict *us_sd_new(void)
 {
@@ -29,10 +30,12 @@ void us_sd_free(struct us_statedict *sd)
 	us_sd_free(sd->optim);
 	free(sd->optim_json);
 	for (size_t i = 0; !sd->borrowed_files && i < sd->nfiles; i++)
-		if (sd->files[i].fd >= 0)
-			close(sd->files[i].fd);
+		us_file_close(&sd->files[i]);
 	if (!sd->borrowed_files)
 		free(sd->files);
+	/* After the files (their objects live in its listing); the optimizer
+	 * child, freed above, only borrowed them. */
+	us_remote_free(sd->remote);
 	free(sd->tensors);
 	free(sd->consumed);
 	free(sd->aliases);
@@ -81,13 +84,12 @@ enum us_status us_sd_consume(struct us_statedict *sd, const char *relpath)
 	return US_OK;
 }
 
-enum us_status us_sd_open_file(struct us_statedict *sd, int dirfd,
+enum us_status us_sd_open_file(struct us_statedict *sd, const struct us_dir *d,
 			       const char *relpath, uint32_t *idx,
 			       struct us_err *err)
 {
 	struct us_file *f;
-	struct stat st;
-	int fd;
+	enum us_status rc;
 
 	/* The optimizer child's table is replaced by its parent's at
 	 * finalize: a file opened there would be lost (and leak its fd). */
@@ -101,22 +103,18 @@ enum us_status us_sd_open_file(struct us_statedict *sd, int dirfd,
 	if (sd->nfiles >= UINT32_MAX ||
 	    US_GROW(sd->files, sd->files_cap, sd->nfiles) != US_OK)
 		return us_err_set(err, US_E_NOMEM, relpath, "out of memory");
-	/* O_NONBLOCK: a FIFO named like a shard would otherwise block the
-	 * mount forever in open(2); it is refused just below.  (No effect on
-	 * regular files.) */
-	fd = openat(dirfd, relpath, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0)
-		return us_err_set(err, US_E_IO, relpath, "cannot open: %s",
-				  strerror(errno));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return us_err_set(err, US_E_FORMAT, relpath,
-				  "not a regular file");
-	}
 	f = &sd->files[sd->nfiles];
+	rc = us_file_open(d, relpath, f);
+	if (rc == US_E_FORMAT)
+		return us_err_set(err, rc, relpath, "not a regular file");
+	if (rc == US_E_NOMEM)
+		return us_err_set(err, rc, relpath, "out of memory");
+	if (rc != US_OK)
+		return us_err_set(err, rc, relpath, "cannot open: %s",
+				  strerror(errno));
 	f->relpath = us_arena_strdup(&sd->arena, relpath);
 	if (!f->relpath || us_sd_consume(sd, relpath) != US_OK) {
-		close(fd);
+		us_file_close(f);
 		return us_err_set(err, US_E_NOMEM, relpath, "out of memory");
 	}
 	/* Shards are read front to back, and cold reads wait on them: twice the
@@ -125,14 +123,9 @@ enum us_status us_sd_open_file(struct us_statedict *sd, int dirfd,
 	 * benchmarks.md).  Our own WILLNEED prefetch was slower than this: it
 	 * reads in small pages and stops the kernel's own read-ahead.  What
 	 * this leaves (the read-ahead lapsing where a view switches shards)
-	 * view/readahead.c covers. */
-	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	f->fd = fd;
-	f->dev = st.st_dev;
-	f->ino = st.st_ino;
-	f->size = st.st_size;
-	f->mtime = st.st_mtim;
-	f->ctime = st.st_ctim;
+	 * view/readahead.c covers.  (A remote object has its own prefetch.) */
+	if (f->fd >= 0)
+		posix_fadvise(f->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	*idx = (uint32_t)sd->nfiles++;
 	return US_OK;
 }

@@ -26,6 +26,7 @@
 
 #include "arena.h"
 #include "dtype.h"
+#include "storage/storage.h"
 #include "us_error.h"
 
 /* torch allows 64 dimensions; nothing real comes near it. */
@@ -39,7 +40,11 @@ enum us_transform {
 /* A source file, opened at mount and held open for the life of the mount. */
 struct us_file {
 	char *relpath; /* relative to SOURCE: for messages, inspect, xattrs */
-	int fd;
+	int fd;        /* local: open for reading; -1 for a remote object */
+	/* Remote: the store (owned by the state dict) and the object of its
+	 * listing; NULL for a local file.  Read with us_file_pread. */
+	struct us_remote *remote;
+	const struct us_remote_object *obj;
 	/* Identity recorded at mount: a read that finds it changed says EIO
 	 * (us_same_file: the ctime too, which a rewrite cannot restore). */
 	dev_t dev;
@@ -146,6 +151,10 @@ struct us_statedict {
 	/* Files that belong to the checkpoint (shards, indexes): not passed through. */
 	const char **consumed;
 	size_t nconsumed, consumed_cap;
+	/* A remote SOURCE's store (storage/remote.h), owned: freed after the
+	 * files that read from it.  NULL for a local SOURCE and in the
+	 * optimizer child (which borrows its parent's files). */
+	struct us_remote *remote;
 };
 
 struct us_statedict *us_sd_new(void);
@@ -157,12 +166,12 @@ void us_sd_free(struct us_statedict *sd);
 struct us_statedict *us_sd_optim(struct us_statedict *sd);
 
 /*
- * us_sd_open_file - open @relpath under @dirfd (symlinks followed), record
+ * us_sd_open_file - open @relpath under @d (symlinks followed), record
  * its identity, mark it consumed and return its index in *@idx.  Opening the
  * same relpath twice returns the first index.  Refuses anything that is not
  * a regular file.
  */
-enum us_status us_sd_open_file(struct us_statedict *sd, int dirfd,
+enum us_status us_sd_open_file(struct us_statedict *sd, const struct us_dir *d,
 			       const char *relpath, uint32_t *idx,
 			       struct us_err *err);
 

@@ -224,12 +224,12 @@ static int gather_optim(const struct us_statedict *sd, struct us_tie_evidence *e
 
 /* config.json's text, NUL-terminated; NULL when absent, empty, odd or
  * too big (evidence only: never a refusal). */
-static char *read_config(int dirfd, size_t *len)
+static char *read_config(const struct us_dir *dir, size_t *len)
 {
 	char *text = NULL;
 
-	if (dirfd < 0 ||
-	    us_read_small(dirfd, "config.json", MAX_CONFIG, &text, len) != US_OK)
+	if (!us_dir_is_open(dir) ||
+	    us_read_small(dir, "config.json", MAX_CONFIG, &text, len) != US_OK)
 		return NULL;
 	if (text && *len == 0) {
 		free(text);
@@ -250,10 +250,10 @@ static bool config_ties(const cJSON *cfg)
 	return cJSON_IsString(type) && us_tie_model_type_ties(type->valuestring);
 }
 
-static void gather_config(int dirfd, struct us_tie_evidence *ev)
+static void gather_config(const struct us_dir *dir, struct us_tie_evidence *ev)
 {
 	size_t len = 0;
-	char *text = read_config(dirfd, &len);
+	char *text = read_config(dir, &len);
 	cJSON *cfg = NULL;
 	uint64_t vocab;
 
@@ -272,14 +272,15 @@ static void gather_config(int dirfd, struct us_tie_evidence *ev)
 	free(text);
 }
 
-enum us_status us_tie_evidence_gather(const struct us_statedict *sd, int dirfd,
+enum us_status us_tie_evidence_gather(const struct us_statedict *sd,
+				      const struct us_dir *dir,
 				      struct us_tie_evidence *ev)
 {
 	int rc;
 
 	assert(sd->finalized); /* names are sorted: us_sd_find */
 	memset(ev, 0, sizeof(*ev));
-	gather_config(dirfd, ev);
+	gather_config(dir, ev);
 	/* The optimizer only vetoes what config.json proposes: without a
 	 * proposal its JSON (50k parameters, say) need not be parsed again. */
 	if (!ev->embed_tied)

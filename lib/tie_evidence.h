@@ -44,11 +44,12 @@ struct us_tie_evidence {
 
 /*
  * us_tie_evidence_gather - read the evidence of the finalized @sd: its
- * optimizer (sd->optim, sd->optim_json) and "config.json" under @dirfd (the
+ * optimizer (sd->optim, sd->optim_json) and "config.json" under @dir (the
  * SOURCE directory; -1 for none).  A missing or unreadable config.json is
  * no evidence, not an error.  Fails only when out of memory.
  */
-enum us_status us_tie_evidence_gather(const struct us_statedict *sd, int dirfd,
+enum us_status us_tie_evidence_gather(const struct us_statedict *sd,
+				      const struct us_dir *dir,
 				      struct us_tie_evidence *ev);
 
 void us_tie_evidence_free(struct us_tie_evidence *ev);

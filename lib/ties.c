@@ -445,13 +445,13 @@ static void count_links(struct us_statedict *sd)
 /* The evidence of a format that saves every name, linked where the bytes
  * confirm it. */
 static enum us_status link_copies(struct us_statedict *sd, struct us_tensor **v,
-				  enum us_ties_mode mode, int dirfd,
+				  enum us_ties_mode mode, const struct us_dir *dir,
 				  bool progress)
 {
 	struct us_tie_evidence ev;
 	enum us_status rc;
 
-	if (us_tie_evidence_gather(sd, dirfd, &ev) != US_OK)
+	if (us_tie_evidence_gather(sd, dir, &ev) != US_OK)
 		return US_E_NOMEM;
 	rc = link_evidenced(sd, v, mode, &ev, progress);
 	us_tie_evidence_free(&ev);
@@ -459,7 +459,7 @@ static enum us_status link_copies(struct us_statedict *sd, struct us_tensor **v,
 }
 
 enum us_status us_ties_detect(struct us_statedict *sd, enum us_ties_mode mode,
-			      int dirfd, bool progress, struct us_err *err)
+			      const struct us_dir *dir, bool progress, struct us_err *err)
 {
 	enum us_status rc = US_OK;
 	struct us_tensor **v;
@@ -473,7 +473,7 @@ enum us_status us_ties_detect(struct us_statedict *sd, enum us_ties_mode mode,
 		v[i] = &sd->tensors[i];
 	link_declared(sd, v);
 	if ((mode == US_TIES_AUTO || mode == US_TIES_EQUAL) && sd->ties_as_copies)
-		rc = link_copies(sd, v, mode, dirfd, progress);
+		rc = link_copies(sd, v, mode, dir, progress);
 	free(v);
 	count_links(sd);
 #ifndef NDEBUG

@@ -46,12 +46,13 @@ const char *us_ties_mode_name(enum us_ties_mode mode);
 
 /*
  * us_ties_detect - set tie_of and nlinks on every tensor of the finalized
- * @sd.  @dirfd is the SOURCE directory, where config.json is looked for (-1:
- * none).  Confirming reads tensor bytes: with @progress, a line on stderr
+ * @sd.  @dir is the SOURCE directory, where config.json is looked for
+ * (US_DIR_NONE: none).  Confirming reads tensor bytes: with @progress, a line on stderr
  * reports it when it takes more than a second.  An I/O error while
  * confirming is a refusal (the mount would serve the same bytes).
  */
 enum us_status us_ties_detect(struct us_statedict *sd, enum us_ties_mode mode,
-			      int dirfd, bool progress, struct us_err *err);
+			      const struct us_dir *dir, bool progress,
+			      struct us_err *err);
 
 #endif /* US_TIES_H */

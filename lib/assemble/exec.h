@@ -10,7 +10,7 @@
  *   exec_cpu.c   runs a plan (plan.h): pread, gathers, zstd items (zitem.c)
  *                and strided spans (tile.c) through the assembler's cache
  *   map.c        the zero-copy executor: the same plan described, not run
- * file_check.c serves exec_cpu.c and map.c alike.
+ * us_file_check (storage/storage.h) serves exec_cpu.c and map.c alike.
  */
 #ifndef US_EXEC_H
 #define US_EXEC_H
@@ -38,9 +38,5 @@ enum us_status us_cast_read(struct us_assembler *as,
 bool us_tensor_is_cast(const struct us_tensor *t);
 /* us_tensor_stored - @t as stored: the same chunks, in their dtype. */
 struct us_tensor us_tensor_stored(const struct us_tensor *t);
-
-/* us_file_check - US_OK while @f still has the identity seen at mount, else
- * US_E_IO (design.md: a changed source file answers EIO, never new bytes). */
-enum us_status us_file_check(const struct us_file *f);
 
 #endif /* US_EXEC_H */

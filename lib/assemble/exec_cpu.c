@@ -79,7 +79,7 @@ static enum us_status gather_flush(struct cpu_ctx *ctx)
 		return US_OK;
 	if (g->n == 1) { /* a lone short run: straight into the reply */
 		g->n = 0;
-		return us_pread_exact(ctx->sd->files[g->ops[0].src->file].fd,
+		return us_file_pread(&ctx->sd->files[g->ops[0].src->file],
 				      ctx->buf + g->ops[0].dst_off,
 				      g->ops[0].len, g->ops[0].src_off);
 	}
@@ -100,7 +100,7 @@ static enum us_status gather_flush(struct cpu_ctx *ctx)
 				end = e;
 		}
 		assert(end - start <= GATHER_BUF);
-		rc = us_pread_exact(ctx->sd->files[file].fd, g->span,
+		rc = us_file_pread(&ctx->sd->files[file], g->span,
 				    (size_t)(end - start), start);
 		for (; rc == US_OK && i < j; i++)
 			memcpy(ctx->buf + g->ops[i].dst_off,
@@ -174,11 +174,11 @@ static enum us_status group_flush(struct cpu_ctx *ctx)
 	const struct us_copy_op *f = &rg->first;
 	uint64_t run = rg->rows * f->len, i = 0, n;
 	enum us_status rc = US_OK;
-	int fd;
+	const struct us_file *file;
 
 	if (rg->rows == 0)
 		return US_OK;
-	fd = ctx->sd->files[f->src->file].fd;
+	file = &ctx->sd->files[f->src->file];
 	while (i < f->count && rc == US_OK) {
 		n = 1;
 		if (f->src_stride <= run + GATHER_GAP && f->src_stride)
@@ -186,7 +186,7 @@ static enum us_status group_flush(struct cpu_ctx *ctx)
 		if (n > f->count - i)
 			n = f->count - i;
 		assert((n - 1) * f->src_stride + run <= GATHER_BUF);
-		rc = us_pread_exact(fd, ctx->g->span,
+		rc = us_file_pread(file, ctx->g->span,
 				    (size_t)((n - 1) * f->src_stride + run),
 				    f->src_off + i * f->src_stride);
 		for (uint64_t k = 0; rc == US_OK && k < n; k++)
@@ -279,7 +279,7 @@ static enum us_status plain_op(struct cpu_ctx *ctx, const struct us_file *f,
 	if (op->src->xf != US_XF_NONE)
 		return us_zitem_copy(&ctx->z, f, op->src, ctx->buf + op->dst_off,
 				     op->src_off, op->len);
-	return us_pread_exact(f->fd, ctx->buf + op->dst_off, op->len,
+	return us_file_pread(f, ctx->buf + op->dst_off, op->len,
 			      op->src_off);
 }
 

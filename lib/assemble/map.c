@@ -61,7 +61,9 @@ static int map_emit(void *vctx, const struct us_copy_op *op)
 	struct map_ctx *ctx = vctx;
 	const struct us_file *f = &ctx->sd->files[op->src->file];
 
-	if (op->src->xf != US_XF_NONE || op->count > 1) {
+	/* A remote object has no descriptor to splice from: the executor
+	 * reads it (us_file_pread), as it does transformed and strided ops. */
+	if (op->src->xf != US_XF_NONE || op->count > 1 || f->fd < 0) {
 		ctx->segs->overflow = true; /* the executor's work */
 		return 1;
 	}
@@ -96,6 +98,8 @@ static int sources_emit(void *vctx, const struct us_copy_op *op)
 
 	if (op->src->xf != US_XF_NONE)
 		return 0; /* offsets in a decoded item, not in the file */
+	if (fd < 0)
+		return 0; /* a remote object: its store prefetches itself */
 	assert(op->src->file < ctx->sd->nfiles); /* finalize */
 	if (last && last->fd == fd && off >= last->off &&
 	    off <= last->off + last->len) {

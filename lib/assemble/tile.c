@@ -40,7 +40,7 @@ static enum us_status read_span(void *ctx, void *buf, size_t len)
 {
 	const struct span *sp = ctx;
 
-	return us_pread_exact(sp->f->fd, buf, len, sp->off);
+	return us_file_pread(sp->f, buf, len, sp->off);
 }
 
 const unsigned char *us_tile_get(struct us_tile_state *st,

@@ -139,7 +139,7 @@ static enum us_status check_stream(const struct us_file *f,
 				   const struct us_extent *x)
 {
 	unsigned char *buf = malloc(CHUNK), desc[DESC];
-	struct us_zstream *z = us_zstream_open(f->fd, x->item_off, x->item_len);
+	struct us_zstream *z = us_zstream_open(f, x->item_off, x->item_len);
 	uint32_t crc_all = 0, crc_head = 0;
 	uint64_t start = 0, size = 0;
 	enum us_status rc = buf && z ? US_OK : US_E_NOMEM;
@@ -157,7 +157,7 @@ static enum us_status check_stream(const struct us_file *f,
 		rc = record_start(x, desc, &start, &size);
 	us_zstream_close(z);
 	z = NULL;
-	if (rc == US_OK && !(z = us_zstream_open(f->fd, x->item_off, x->item_len)))
+	if (rc == US_OK && !(z = us_zstream_open(f, x->item_off, x->item_len)))
 		rc = US_E_NOMEM;
 	if (rc == US_OK)
 		rc = crc_stream(z, buf, start, &crc_head);
@@ -303,7 +303,7 @@ struct decode {
 static enum us_status decode_item(void *ctx, void *buf, size_t len)
 {
 	const struct decode *d = ctx;
-	struct us_zstream *z = us_zstream_open(d->f->fd, d->x->item_off,
+	struct us_zstream *z = us_zstream_open(d->f, d->x->item_off,
 					       d->x->item_len);
 	enum us_status rc;
 	size_t n;
@@ -348,7 +348,7 @@ static enum us_status seek_stream(struct us_zitem_state *st,
 	if (!st->z)
 		st->z = unpark(st->pool, st->key, off);
 	if (!st->z)
-		st->z = us_zstream_open(f->fd, x->item_off, x->item_len);
+		st->z = us_zstream_open(f, x->item_off, x->item_len);
 	if (!st->z)
 		return US_E_NOMEM;
 	return zs_status(us_zstream_skip(st->z, off - us_zstream_pos(st->z)));

@@ -229,7 +229,7 @@ enum us_status us_torch_expect(const struct us_pk *p, struct us_torch_tensor *t,
  * archive is refused rather than served as wrong values.
  */
 static enum us_status check_byteorder(const struct us_torch_archive *ta,
-				      int fd, uint64_t base, struct us_err *err)
+				      const struct us_file *f, uint64_t base, struct us_err *err)
 {
 	static const char unreadable[] = "its byteorder record cannot be read";
 	const struct us_zip_entry *e = us_zip_find(&ta->zip, "byteorder");
@@ -245,7 +245,7 @@ static enum us_status check_byteorder(const struct us_torch_archive *ta,
 	st = us_zip_data(&ta->zip, e, &off, err);
 	if (st != US_OK)
 		return us_err_reason(err, st, "%s", unreadable);
-	if (us_pread_exact(fd, text, (size_t)e->size, base + off) != US_OK)
+	if (us_file_pread(f, text, (size_t)e->size, base + off) != US_OK)
 		return us_err_reason(err, US_E_IO, "%s", unreadable);
 	if (e->size == 6 && !memcmp(text, "little", 6))
 		return US_OK;
@@ -257,7 +257,8 @@ static enum us_status check_byteorder(const struct us_torch_archive *ta,
 }
 
 /* data.pkl, read whole (the caller bounded its size) and loaded. */
-static enum us_status load_data_pkl(struct us_torch_archive *ta, int fd,
+static enum us_status load_data_pkl(struct us_torch_archive *ta,
+				    const struct us_file *f,
 				    uint64_t base, const struct us_zip_entry *pkl,
 				    size_t budget, struct us_arena *a,
 				    struct us_err *err)
@@ -271,7 +272,7 @@ static enum us_status load_data_pkl(struct us_torch_archive *ta, int fd,
 	buf = malloc((size_t)pkl->size + 1);
 	if (!buf)
 		return us_err_reason(err, US_E_NOMEM, "out of memory");
-	st = us_pread_exact(fd, buf, (size_t)pkl->size, base + off);
+	st = us_file_pread(f, buf, (size_t)pkl->size, base + off);
 	if (st != US_OK)
 		st = us_err_reason(err, US_E_IO, "cannot read data.pkl");
 	else
@@ -281,15 +282,16 @@ static enum us_status load_data_pkl(struct us_torch_archive *ta, int fd,
 	return st;
 }
 
-enum us_status us_torch_archive_open(struct us_torch_archive *ta, int fd,
+enum us_status us_torch_archive_open(struct us_torch_archive *ta,
+				     const struct us_file *f,
 				     uint64_t base, uint64_t len,
 				     struct us_arena *a, struct us_err *err)
 {
 	const struct us_zip_entry *pkl;
 	size_t budget;
 
-	US_TRY(us_zip_open(&ta->zip, fd, base, len, a, err));
-	US_TRY(check_byteorder(ta, fd, base, err));
+	US_TRY(us_zip_open(&ta->zip, f, base, len, a, err));
+	US_TRY(check_byteorder(ta, f, base, err));
 	pkl = us_zip_find(&ta->zip, "data.pkl");
 	if (!pkl)
 		return MALFORMED(err, "no data.pkl record: not a torch.save archive");
@@ -299,7 +301,7 @@ enum us_status us_torch_archive_open(struct us_torch_archive *ta, int fd,
 	if (pkl->size > budget)
 		return MALFORMED(err, "data.pkl is larger than its archive's "
 				 "records allow (docs/hardening.md)");
-	return load_data_pkl(ta, fd, base, pkl, budget, a, err);
+	return load_data_pkl(ta, f, base, pkl, budget, a, err);
 }
 
 enum us_status us_torch_span_fits(const struct us_torch_tensor *t,

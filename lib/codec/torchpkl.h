@@ -62,9 +62,10 @@ struct us_torch_archive {
 	struct us_pk *root; /* the value data.pkl builds */
 };
 
-/* us_torch_archive_open - the zip at [@base, @base + @len) of @fd and its
+/* us_torch_archive_open - the zip at [@base, @base + @len) of @f and its
  * data.pkl. */
-enum us_status us_torch_archive_open(struct us_torch_archive *ta, int fd,
+enum us_status us_torch_archive_open(struct us_torch_archive *ta,
+				     const struct us_file *f,
 				     uint64_t base, uint64_t len,
 				     struct us_arena *a, struct us_err *err);
 

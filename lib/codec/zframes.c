@@ -24,7 +24,7 @@
 enum block_type { BT_RAW, BT_RLE, BT_COMPRESSED, BT_RESERVED };
 
 struct walk {
-	int fd;
+	const struct us_file *f;
 	uint64_t base, end; /* the item, as file offsets */
 	uint64_t pos;       /* the next header, as a file offset */
 	struct us_zframes *out;
@@ -52,7 +52,7 @@ static enum us_status get(struct walk *w, unsigned char *buf, size_t n)
 	if (n > w->end - w->pos)
 		return fail(w, w->pos, "its zstd data ends inside a frame "
 				       "(truncated)");
-	if (us_pread_exact(w->fd, buf, n, w->pos) != US_OK) {
+	if (us_file_pread(w->f, buf, n, w->pos) != US_OK) {
 		/* inside the item, which the caller checked against the
 		 * file: the file failed, not its format */
 		w->out->bad_at = w->pos - w->base;
@@ -199,10 +199,11 @@ static enum us_status skippable_frame(struct walk *w)
 	return skip(w, us_le(b + 4, 4));
 }
 
-enum us_status us_zframes_walk(int fd, uint64_t off, uint64_t len,
+enum us_status us_zframes_walk(const struct us_file *f, uint64_t off,
+			       uint64_t len,
 			       struct us_zframes *out, struct us_err *err)
 {
-	struct walk w = { .fd = fd, .base = off, .end = off + len, .pos = off,
+	struct walk w = { .f = f, .base = off, .end = off + len, .pos = off,
 			  .out = out, .err = err };
 	unsigned char m[4];
 	uint32_t magic;

@@ -24,6 +24,7 @@
 
 #include <stdint.h>
 
+#include "../storage/storage.h"
 #include "../us_error.h"
 
 /* What the frames decode to, as far as their headers tell. */
@@ -38,12 +39,13 @@ struct us_zframes {
 };
 
 /*
- * us_zframes_walk - walk the frames at [@off, @off + @len) of @fd (the
+ * us_zframes_walk - walk the frames at [@off, @off + @len) of @f (the
  * caller has checked the range against the file).  US_OK with @out filled;
  * else @out->bad_at and @err's reason, without a path (us_err_reason):
  * US_E_FORMAT for damaged frames, US_E_IO when the range cannot be read.
  */
-enum us_status us_zframes_walk(int fd, uint64_t off, uint64_t len,
+enum us_status us_zframes_walk(const struct us_file *f, uint64_t off,
+			       uint64_t len,
 			       struct us_zframes *out, struct us_err *err);
 
 #endif /* US_ZFRAMES_H */

@@ -29,7 +29,7 @@
 static enum us_status rd(const struct us_zip *z, void *buf, size_t n,
 			 uint64_t off, const char *what, struct us_err *err)
 {
-	if (us_pread_exact(z->fd, buf, n, z->base + off) != US_OK)
+	if (us_file_pread(z->f, buf, n, z->base + off) != US_OK)
 		return us_err_reason(err, US_E_IO, "cannot read %s: %s", what,
 				     strerror(errno));
 	return US_OK;
@@ -264,7 +264,8 @@ static enum us_status read_central(struct us_zip *z, uint64_t cd_size,
 	return st;
 }
 
-enum us_status us_zip_open(struct us_zip *z, int fd, uint64_t base,
+enum us_status us_zip_open(struct us_zip *z, const struct us_file *f,
+			   uint64_t base,
 			   uint64_t len, struct us_arena *a, struct us_err *err)
 {
 	unsigned char tail[EOCD_LEN + MAX_COMMENT];
@@ -272,7 +273,7 @@ enum us_status us_zip_open(struct us_zip *z, int fd, uint64_t base,
 	size_t tlen = len < sizeof(tail) ? (size_t)len : sizeof(tail);
 
 	memset(z, 0, sizeof(*z));
-	z->fd = fd;
+	z->f = f;
 	z->base = base;
 	z->len = len;
 	if (len < EOCD_LEN)

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "../arena.h"
+#include "../storage/storage.h"
 #include "../us_error.h"
 
 struct us_zip_entry {
@@ -35,8 +36,8 @@ struct us_zip_entry {
 };
 
 struct us_zip {
-	int fd;
-	uint64_t base, len;  /* the archive is bytes [base, base + len) of fd */
+	const struct us_file *f; /* not owned */
+	uint64_t base, len;  /* the archive is bytes [base, base + len) of f */
 	uint64_t cd_off;     /* the central directory: data must end before it */
 	struct us_zip_entry *v;
 	size_t n;
@@ -45,12 +46,13 @@ struct us_zip {
 
 /*
  * us_zip_open - read the end records and the central directory of the
- * archive at [@base, @base + @len) of @fd, a range the caller has checked
+ * archive at [@base, @base + @len) of @f, a range the caller has checked
  * against the file.  On failure @err holds the reason without a path
  * (us_err_reason): US_E_FORMAT for a malformed archive, US_E_IO when bytes
  * of the range cannot be read, US_E_NOMEM.
  */
-enum us_status us_zip_open(struct us_zip *z, int fd, uint64_t base,
+enum us_status us_zip_open(struct us_zip *z, const struct us_file *f,
+			   uint64_t base,
 			   uint64_t len, struct us_arena *arena,
 			   struct us_err *err);
 

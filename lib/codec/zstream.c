@@ -12,7 +12,7 @@
 
 struct us_zstream {
 	ZSTD_DCtx *dctx;
-	int fd;
+	const struct us_file *f;
 	uint64_t in_off, in_end; /* next compressed byte to read; item end */
 	unsigned char *in;       /* compressed input, in_pos..in_len unread */
 	size_t in_cap, in_pos, in_len;
@@ -49,13 +49,14 @@ static void dctx_put(ZSTD_DCtx *d)
 		ZSTD_freeDCtx(d);
 }
 
-struct us_zstream *us_zstream_open(int fd, uint64_t off, uint64_t len)
+struct us_zstream *us_zstream_open(const struct us_file *f, uint64_t off,
+				   uint64_t len)
 {
 	struct us_zstream *z = calloc(1, sizeof(*z));
 
 	if (!z)
 		return NULL;
-	z->fd = fd;
+	z->f = f;
 	z->in_off = off;
 	z->in_end = off + len; /* the caller checked it against the file */
 	/* An item smaller than zstd's suggested input size (128 KiB) needs no
@@ -95,7 +96,7 @@ static enum us_status refill(struct us_zstream *z)
 	uint64_t left = z->in_end - z->in_off;
 	size_t n = left < z->in_cap ? (size_t)left : z->in_cap;
 
-	US_TRY(us_pread_exact(z->fd, z->in, n, z->in_off));
+	US_TRY(us_file_pread(z->f, z->in, n, z->in_off));
 	z->in_off += n;
 	z->in_pos = 0;
 	z->in_len = n;

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "../storage/storage.h"
 #include "../us_error.h"
 
 /* zstd's own default limit: every compression level, --long included. */
@@ -29,10 +30,11 @@
 struct us_zstream;
 
 /*
- * us_zstream_open - a decoder for the frames at [@off, @off + @len) of @fd,
+ * us_zstream_open - a decoder for the frames at [@off, @off + @len) of @f,
  * positioned at decoded byte 0.  Returns NULL when out of memory.
  */
-struct us_zstream *us_zstream_open(int fd, uint64_t off, uint64_t len);
+struct us_zstream *us_zstream_open(const struct us_file *f, uint64_t off,
+				   uint64_t len);
 void us_zstream_close(struct us_zstream *z);
 
 /*

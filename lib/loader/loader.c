@@ -13,6 +13,33 @@
 #include <unistd.h>
 
 
+/* The remote store options of @lo into @r. */
+static enum us_status remote_from_user(const struct us_loader_opts *lo,
+				       struct us_remote_opts *r,
+				       struct us_err *err)
+{
+	static const char *const addressing[] = {"auto", "path", "virtual"};
+	size_t a;
+
+	r->endpoint_url = lo->endpoint_url;
+	r->region = lo->region;
+	r->profile = lo->profile;
+	r->no_sign = lo->no_sign_request;
+	r->cache_dir = lo->cache_dir;
+	r->block_size = lo->block_size;
+	r->cache_dir_size = lo->cache_dir_size;
+	r->connections = lo->connections;
+	r->retries = lo->retries;
+	r->timeout_s = lo->timeout_s;
+	if (!lo->addressing)
+		return US_OK;
+	for (a = 0; a < sizeof(addressing) / sizeof(*addressing); a++)
+		if (!strcmp(lo->addressing, addressing[a]))
+			return r->addressing = (enum us_addressing)a, US_OK;
+	return us_err_set(err, US_E_USAGE, "options", "unknown addressing "
+			  "'%s' (auto, path, virtual)", lo->addressing);
+}
+
 /* The command-line words of @lo into @c (unset fields: the defaults). */
 static enum us_status opts_from_user(const struct us_loader_opts *lo,
 				     struct us_canon_opts *c, struct us_err *err)
@@ -34,6 +61,7 @@ static enum us_status opts_from_user(const struct us_loader_opts *lo,
 		c->strip[i] = lo->strip_prefix[i];
 	}
 	c->so.names.nstrip = lo->nstrip;
+	US_TRY(remote_from_user(lo, &c->so.remote, err));
 	if (lo->dtype && !us_cast_parse(lo->dtype, &c->so.cast, &c->so.cast_to))
 		return us_err_set(err, US_E_USAGE, "options", "unknown dtype "
 				  "'%s' (keep, bf16, f16, f32)", lo->dtype);
@@ -52,7 +80,10 @@ static bool opts_given(const struct us_loader_opts *lo)
 {
 	return lo && (lo->format || lo->no_unwrap || lo->nstrip || lo->dtype ||
 		      lo->ties || lo->deepspeed_weights || lo->recipe ||
-		      lo->overlay);
+		      lo->overlay || lo->endpoint_url || lo->region ||
+		      lo->profile || lo->addressing || lo->no_sign_request ||
+		      lo->cache_dir || lo->block_size || lo->cache_dir_size ||
+		      lo->connections || lo->retries || lo->timeout_s);
 }
 
 /* The value of xattr @name of @path, malloc'ed and NUL-terminated, or NULL
@@ -142,21 +173,21 @@ static enum us_status open_sd(struct us_loader *ld, const char *path,
 			      struct us_err *err)
 {
 	struct us_err why = {0};
+	struct us_dir dir;
 	char now[64];
-	int dirfd;
 
 	us_source_opts_canon(&c->so, ld->options, sizeof(ld->options));
 	/* The daemon may read what this process may not: say that, rather
 	 * than what a reader makes of a directory it cannot list. */
-	if (ld->mounted && !readable(ld->source))
+	if (ld->mounted && !us_remote_is_url(ld->source) &&
+	    !readable(ld->source))
 		return us_err_set(err, US_E_IO, path, "the mount's SOURCE %s is "
 				  "not readable by this process: %s", ld->source,
 				  strerror(errno));
-	if (us_source_open(ld->source, &c->so, &ld->sd, &dirfd, &why) != US_OK)
+	if (us_source_open(ld->source, &c->so, &ld->sd, &dir, &why) != US_OK)
 		return ld->mounted ? mount_refusal(path, ld->source, &why, err)
 				   : (*err = why, why.status);
-	if (dirfd >= 0)
-		close(dirfd);
+	us_dir_close(&dir);
 	if (!identity)
 		return US_OK;
 	us_sd_identity(ld->sd, now, sizeof(now));
@@ -186,9 +217,15 @@ static enum us_status loader_init(struct us_loader *ld, const char *path,
 	char *identity = NULL;
 	enum us_status rc;
 
-	ld->source = get_xattr(path, US_XATTR_ROOT_SOURCE);
-	ld->mounted = ld->source != NULL;
-	if (!ld->mounted && !(ld->source = realpath(path, NULL)))
+	/* A URL names no mount (and no local file): the store itself. */
+	if (us_remote_is_url(path)) {
+		if (!(ld->source = strdup(path)))
+			return us_err_set(err, US_E_NOMEM, path, "out of memory");
+	} else {
+		ld->source = get_xattr(path, US_XATTR_ROOT_SOURCE);
+		ld->mounted = ld->source != NULL;
+	}
+	if (!ld->source && !(ld->source = realpath(path, NULL)))
 		return us_err_set(err, US_E_IO, path, "cannot access SOURCE: %s",
 				  strerror(errno));
 	rc = ld->mounted ? read_mount(ld, path, lo, &c, &identity, err)

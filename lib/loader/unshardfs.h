@@ -57,6 +57,20 @@ struct us_loader_opts {
 					* least 2 MiB with transparent huge
 					* pages, faulted in by the readers
 					* before they read (docs/loader.md) */
+	/* A remote SOURCE (s3://, https://): its store, as the daemon's
+	 * options of the same names (NULL / false: the defaults).  Through a
+	 * mount the mount's own are used (its options xattr). */
+	const char *endpoint_url;      /* --endpoint-url */
+	const char *region;            /* --region */
+	const char *profile;           /* --profile */
+	const char *addressing;        /* --addressing: auto, path, virtual */
+	bool no_sign_request;          /* --no-sign-request */
+	const char *cache_dir;         /* --cache-dir */
+	uint64_t block_size;           /* --block-size; 0: the default */
+	uint64_t cache_dir_size;       /* --cache-dir-size; 0: the default */
+	unsigned connections;          /* --connections; 0: the default */
+	unsigned retries;              /* --retries; 0: the default */
+	unsigned timeout_s;            /* --timeout, seconds; 0: the default */
 };
 
 /*
@@ -72,7 +86,8 @@ US_LOADER_API enum us_status us_loader_open(const char *path,
 /* us_loader_close - free @ld (NULL: nothing), with no read in flight. */
 US_LOADER_API void us_loader_close(struct us_loader *ld);
 
-/* us_loader_source - SOURCE's absolute path (a mount's, resolved). */
+/* us_loader_source - SOURCE's absolute path (a mount's, resolved), or its
+ * URL as given for a remote SOURCE. */
 US_LOADER_API const char *us_loader_source(const struct us_loader *ld);
 /* us_loader_options - the options in effect, in the canonical form of the
  * user.unshardfs.options xattr: "format=auto,no-unwrap=no,dtype=keep,...". */

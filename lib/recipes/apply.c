@@ -27,7 +27,7 @@ struct offsets {
 struct run {
 	struct us_statedict *sd;
 	const struct us_recipe *r;
-	int cfgfd;           /* config.json's directory, -1: none */
+	const struct us_dir *cfg; /* config.json's directory, NULL: none */
 	uint64_t head_dim;   /* config.json's, 0: none */
 	struct offsets *off; /* per rule */
 	bool *hit;           /* per rule: matched some tensor */
@@ -79,7 +79,7 @@ static enum us_status resolve(struct run *x, size_t i)
 
 		off->n[k] = o->n;
 		if (o->config)
-			US_TRY(us_hfconfig_u64(x->cfgfd, o->config, &off->n[k],
+			US_TRY(us_hfconfig_u64(x->cfg, o->config, &off->n[k],
 					       &found, x->err));
 		if (!found)
 			return us_err_set(x->err, US_E_UNSUPPORTED, x->r->name,
@@ -404,16 +404,16 @@ static enum us_status run_all(struct run *x, const struct us_tensor *old,
 }
 
 enum us_status us_recipe_apply(struct us_statedict *sd,
-			       const struct us_recipe *r, int cfgfd,
+			       const struct us_recipe *r, const struct us_dir *cfg,
 			       struct us_err *err)
 {
-	struct run x = { .sd = sd, .r = r, .cfgfd = cfgfd, .err = err };
+	struct run x = { .sd = sd, .r = r, .cfg = cfg, .err = err };
 	struct us_tensor *old = sd->tensors;
 	size_t nold = sd->ntensors, oldcap = sd->tensors_cap;
 	enum us_status rc;
 
 	if (needs_config(r))
-		US_TRY(us_hfconfig_head_dim(cfgfd, &x.head_dim, err));
+		US_TRY(us_hfconfig_head_dim(cfg, &x.head_dim, err));
 	x.hit = calloc(r->nrules, sizeof(*x.hit));
 	x.off = calloc(r->nrules, sizeof(*x.off));
 	if (!x.hit || !x.off) {

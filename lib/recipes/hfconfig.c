@@ -18,39 +18,9 @@ static uint64_t get(const cJSON *cfg, const char *key)
 	return v;
 }
 
-enum us_status us_hfconfig_head_dim(int dirfd, uint64_t *head_dim,
-				    struct us_err *err)
-{
-	enum us_status rc = US_OK;
-	char *text = NULL;
-	size_t len = 0;
-	uint64_t hidden, heads;
-	struct us_err jerr;
-	cJSON *cfg;
-
-	*head_dim = 0;
-	if (dirfd >= 0)
-		rc = us_read_small(dirfd, "config.json", MAX_CONFIG, &text, &len);
-	if (rc != US_OK)
-		return us_err_set(err, rc, "config.json", "cannot be read (%s)",
-				  us_status_str(rc));
-	if (!text)
-		return US_OK;
-	rc = us_json_parse(text, len, &cfg, &jerr);
-	free(text);
-	if (rc != US_OK)
-		return us_err_set(err, rc, "config.json", "%s", jerr.msg);
-	*head_dim = get(cfg, "head_dim");
-	hidden = get(cfg, "hidden_size");
-	heads = get(cfg, "num_attention_heads");
-	if (!*head_dim && heads && hidden % heads == 0)
-		*head_dim = hidden / heads;
-	cJSON_Delete(cfg);
-	return US_OK;
-}
-
-/* config.json of @dirfd parsed, *@cfg NULL when there is none. */
-static enum us_status read_config(int dirfd, cJSON **cfg, struct us_err *err)
+/* config.json of @dir parsed, *@cfg NULL when there is none. */
+static enum us_status read_config(const struct us_dir *dir, cJSON **cfg,
+				  struct us_err *err)
 {
 	enum us_status rc = US_OK;
 	char *text = NULL;
@@ -58,8 +28,8 @@ static enum us_status read_config(int dirfd, cJSON **cfg, struct us_err *err)
 	struct us_err jerr;
 
 	*cfg = NULL;
-	if (dirfd >= 0)
-		rc = us_read_small(dirfd, "config.json", MAX_CONFIG, &text, &len);
+	if (us_dir_is_open(dir))
+		rc = us_read_small(dir, "config.json", MAX_CONFIG, &text, &len);
 	if (rc != US_OK)
 		return us_err_set(err, rc, "config.json", "cannot be read (%s)",
 				  us_status_str(rc));
@@ -72,14 +42,34 @@ static enum us_status read_config(int dirfd, cJSON **cfg, struct us_err *err)
 	return US_OK;
 }
 
-enum us_status us_hfconfig_u64(int dirfd, const char *key, uint64_t *v,
-			       bool *found, struct us_err *err)
+enum us_status us_hfconfig_head_dim(const struct us_dir *dir,
+				    uint64_t *head_dim,
+				    struct us_err *err)
+{
+	uint64_t hidden, heads;
+	cJSON *cfg;
+
+	*head_dim = 0;
+	US_TRY(read_config(dir, &cfg, err));
+	if (!cfg)
+		return US_OK;
+	*head_dim = get(cfg, "head_dim");
+	hidden = get(cfg, "hidden_size");
+	heads = get(cfg, "num_attention_heads");
+	if (!*head_dim && heads && hidden % heads == 0)
+		*head_dim = hidden / heads;
+	cJSON_Delete(cfg);
+	return US_OK;
+}
+
+enum us_status us_hfconfig_u64(const struct us_dir *dir, const char *key,
+			       uint64_t *v, bool *found, struct us_err *err)
 {
 	cJSON *cfg;
 
 	*v = 0;
 	*found = false;
-	US_TRY(read_config(dirfd, &cfg, err));
+	US_TRY(read_config(dir, &cfg, err));
 	if (cfg)
 		*found = us_json_u64(cJSON_GetObjectItemCaseSensitive(cfg, key), v);
 	cJSON_Delete(cfg);

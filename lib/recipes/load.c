@@ -14,7 +14,7 @@
 static enum us_status read_file(const char *path, char **text, size_t *len,
 				struct us_err *err)
 {
-	enum us_status rc = us_read_small(AT_FDCWD, path, MAX_RECIPE, text, len);
+	enum us_status rc = us_read_small(NULL, path, MAX_RECIPE, text, len);
 
 	if (rc == US_OK && !*text)
 		return us_err_set(err, US_E_USAGE, path, "not a built-in recipe (%s, "

@@ -122,16 +122,16 @@ enum us_status us_recipe_auto(const struct us_statedict *sd, const char **name,
 			      struct us_err *err);
 
 /*
- * us_recipe_apply - rewrite the (unfinalized) @sd by @r.  @cfgfd is the
+ * us_recipe_apply - rewrite the (unfinalized) @sd by @r.  @cfg is the
  * directory whose config.json gives what a rule leaves to it (head_dim, an
- * offset), -1 for none.  A source name no rule matches, a transform that
+ * offset), NULL for none.  A source name no rule matches, a transform that
  * does not fit a tensor's shape, two rules making one name, an offset
  * config.json does not give: a one-line refusal.
  * Casts are recorded on sd (recipe_cast) and applied after finalize by
  * us_recipe_present (ties are found on the stored bytes).
  */
 enum us_status us_recipe_apply(struct us_statedict *sd,
-			       const struct us_recipe *r, int cfgfd,
+			       const struct us_recipe *r, const struct us_dir *cfg,
 			       struct us_err *err);
 /* us_recipe_present - apply the casts us_recipe_apply recorded. */
 void us_recipe_present(struct us_statedict *sd);

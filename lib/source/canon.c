@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../storage/remote.h"
+
 bool us_cast_parse(const char *v, bool *cast, enum us_dtype *to)
 {
 	static const struct {
@@ -83,6 +85,50 @@ static void put_kv(char *buf, size_t cap, size_t *n, const char *k,
 	put(buf, cap, n, v, true);
 }
 
+static const char *const addressing_names[] = {"auto", "path", "virtual",
+					       NULL};
+
+static void put_num(char *buf, size_t cap, size_t *n, const char *k,
+		    uint64_t v)
+{
+	char num[24];
+
+	if (!v)
+		return; /* unset: the store's default */
+	snprintf(num, sizeof(num), "%" PRIu64, v);
+	put_kv(buf, cap, n, k, num);
+}
+
+/*
+ * A remote SOURCE's store options, each only when set, so that a loader
+ * given the mount reaches the same store the same way (never credentials:
+ * those stay where the AWS tools keep them).  A local mount's string is
+ * what it always was.
+ */
+static void put_remote(char *buf, size_t cap, size_t *n,
+		       const struct us_remote_opts *r)
+{
+	if (r->endpoint_url)
+		put_kv(buf, cap, n, "endpoint-url", r->endpoint_url);
+	if (r->region)
+		put_kv(buf, cap, n, "region", r->region);
+	if (r->profile)
+		put_kv(buf, cap, n, "profile", r->profile);
+	if (r->addressing != US_ADDR_AUTO)
+		put_kv(buf, cap, n, "addressing",
+		       addressing_names[r->addressing]);
+	if (r->no_sign)
+		put_kv(buf, cap, n, "no-sign-request", "yes");
+	put_num(buf, cap, n, "block-size", r->block_size);
+	put_num(buf, cap, n, "remote-cache-size", r->cache_bytes);
+	if (r->cache_dir)
+		put_kv(buf, cap, n, "cache-dir", r->cache_dir);
+	put_num(buf, cap, n, "cache-dir-size", r->cache_dir_size);
+	put_num(buf, cap, n, "connections", r->connections);
+	put_num(buf, cap, n, "retries", r->retries);
+	put_num(buf, cap, n, "timeout", r->timeout_s);
+}
+
 size_t us_source_opts_canon(const struct us_source_opts *o, char *buf,
 			    size_t cap)
 {
@@ -105,6 +151,7 @@ size_t us_source_opts_canon(const struct us_source_opts *o, char *buf,
 		put_kv(buf, cap, &n, "recipe", o->recipe);
 	if (o->overlay)
 		put_kv(buf, cap, &n, "overlay", o->overlay);
+	put_remote(buf, cap, &n, &o->remote);
 	return n;
 }
 
@@ -141,12 +188,79 @@ static const char *unescape(struct us_canon_opts *c, size_t *used,
 	return out;
 }
 
+/* A number of the canonical string: digits only, not 0, at most @max. */
+static bool parse_u64(const char *v, uint64_t max, uint64_t *out)
+{
+	uint64_t n = 0;
+
+	if (!*v)
+		return false;
+	for (; *v; v++) {
+		if (*v < '0' || *v > '9' || n > (max - (uint64_t)(*v - '0')) / 10)
+			return false;
+		n = n * 10 + (uint64_t)(*v - '0');
+	}
+	*out = n;
+	return n != 0;
+}
+
+static bool parse_uint(const char *v, unsigned *out)
+{
+	uint64_t n;
+
+	if (!parse_u64(v, UINT32_MAX, &n))
+		return false;
+	*out = (unsigned)n;
+	return true;
+}
+
+/* One remote store item (put_remote): 1 applied, 0 not a remote key,
+ * -1 a bad value. */
+static int apply_remote(struct us_remote_opts *r, const char *k,
+			const char *v)
+{
+	const char **text = !strcmp(k, "endpoint-url") ? &r->endpoint_url
+			  : !strcmp(k, "region") ? &r->region
+			  : !strcmp(k, "profile") ? &r->profile
+			  : !strcmp(k, "cache-dir") ? &r->cache_dir : NULL;
+	int a;
+
+	if (text)
+		return *v ? (*text = v, 1) : -1;
+	if (!strcmp(k, "addressing")) {
+		for (a = 0; addressing_names[a]; a++)
+			if (!strcmp(v, addressing_names[a]))
+				return r->addressing = (enum us_addressing)a, 1;
+		return -1;
+	}
+	if (!strcmp(k, "no-sign-request"))
+		return strcmp(v, "yes") ? -1 : (r->no_sign = true, 1);
+	if (!strcmp(k, "block-size"))
+		return parse_u64(v, UINT64_MAX, &r->block_size) ? 1 : -1;
+	if (!strcmp(k, "remote-cache-size"))
+		return parse_u64(v, UINT64_MAX, &r->cache_bytes) ? 1 : -1;
+	if (!strcmp(k, "cache-dir-size"))
+		return parse_u64(v, UINT64_MAX, &r->cache_dir_size) ? 1 : -1;
+	if (!strcmp(k, "connections"))
+		return parse_uint(v, &r->connections) ? 1 : -1;
+	if (!strcmp(k, "retries"))
+		return parse_uint(v, &r->retries) ? 1 : -1;
+	if (!strcmp(k, "timeout"))
+		return parse_uint(v, &r->timeout_s) ? 1 : -1;
+	return 0;
+}
+
 /* Apply one decoded item: 0, or the status to refuse with. */
 static enum us_status apply(struct us_canon_opts *c, const char *k,
 			    const char *v, struct us_err *err)
 {
 	struct us_source_opts *o = &c->so;
+	int remote = apply_remote(&o->remote, k, v);
 
+	if (remote < 0)
+		goto bad;
+	if (remote > 0)
+		return US_OK;
 	if (!strcmp(k, "format")) {
 		o->format = v;
 	} else if (!strcmp(k, "no-unwrap")) {
@@ -225,6 +339,17 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 	return h;
 }
 
+/* A remote object is who its size and ETag say (the store checks the
+ * ETag on every read; Last-Modified can repeat across rewrites). */
+static uint64_t remote_identity(uint64_t h, const struct us_file *f)
+{
+	int64_t size = (int64_t)f->size;
+	const char *etag = f->obj->etag ? f->obj->etag : "";
+
+	h = fnv(h, &size, sizeof(size));
+	return fnv(h, etag, strlen(etag) + 1);
+}
+
 void us_sd_identity(const struct us_statedict *sd, char *buf, size_t cap)
 {
 	uint64_t h = 0xcbf29ce484222325ull;
@@ -236,7 +361,10 @@ void us_sd_identity(const struct us_statedict *sd, char *buf, size_t cap)
 				 f->ctime.tv_sec, f->ctime.tv_nsec };
 
 		h = fnv(h, f->relpath, strlen(f->relpath) + 1);
-		h = fnv(h, v, sizeof(v));
+		if (f->remote)
+			h = remote_identity(h, f);
+		else
+			h = fnv(h, v, sizeof(v));
 	}
 	snprintf(buf, cap, "v1:%zu:%016" PRIx64, sd->nfiles, h);
 }

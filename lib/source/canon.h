@@ -11,7 +11,10 @@
  * The canonical string names every us_source_opts field that changes
  * names or bytes, always all of them, always in this order, values in one
  * spelling; strip-prefix appears once per prefix (none: absent), then
- * recipe= and overlay= only when given:
+ * recipe= and overlay= only when given, then a remote SOURCE's store
+ * options that were set (endpoint-url=, region=, profile=, addressing=,
+ * no-sign-request=yes, block-size=, remote-cache-size=, cache-dir=,
+ * cache-dir-size=, connections=, retries=, timeout=; never credentials):
  *
  *   format=auto,no-unwrap=no,strip-prefix=model.,dtype=keep,ties=auto,
  *   deepspeed-weights=fp32
@@ -35,6 +38,8 @@
 #define US_XATTR_ROOT_SOURCE "user.unshardfs.source"
 #define US_XATTR_ROOT_OPTIONS "user.unshardfs.options"
 #define US_XATTR_ROOT_IDENTITY "user.unshardfs.identity"
+/* Only on the root of a remote SOURCE's mount: the store's counters. */
+#define US_XATTR_ROOT_REMOTE_STATS "user.unshardfs.remote_stats"
 
 #define US_CANON_MAX_STRIP 16
 

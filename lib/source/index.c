@@ -11,7 +11,8 @@
 
 #define MAX_INDEX (256ull << 20)
 
-static enum us_status index_load(struct us_statedict *sd, int dirfd,
+static enum us_status index_load(struct us_statedict *sd,
+				 const struct us_dir *dir,
 				 const char *relpath, cJSON **root,
 				 struct us_err *err)
 {
@@ -23,7 +24,7 @@ static enum us_status index_load(struct us_statedict *sd, int dirfd,
 
 	/* Opened as a source file: it is consumed (not passed through) and
 	 * held like the shards, though no tensor data comes from it. */
-	US_TRY(us_sd_open_file(sd, dirfd, relpath, &idx, err));
+	US_TRY(us_sd_open_file(sd, dir, relpath, &idx, err));
 	f = &sd->files[idx];
 	if ((uint64_t)f->size > MAX_INDEX)
 		return us_err_set(err, US_E_FORMAT, relpath,
@@ -31,7 +32,7 @@ static enum us_status index_load(struct us_statedict *sd, int dirfd,
 	text = malloc((size_t)f->size + 1);
 	if (!text)
 		return us_err_set(err, US_E_NOMEM, relpath, "out of memory");
-	if (us_pread_exact(f->fd, text, (size_t)f->size, 0) != US_OK) {
+	if (us_file_pread(f, text, (size_t)f->size, 0) != US_OK) {
 		us_err_set(err, US_E_IO, relpath, "cannot read: %s",
 			   strerror(errno));
 		free(text);
@@ -134,7 +135,7 @@ static enum us_status index_check(const struct us_statedict *sd,
 	return rc;
 }
 
-enum us_status us_index_read(struct us_statedict *sd, int dirfd,
+enum us_status us_index_read(struct us_statedict *sd, const struct us_dir *dir,
 			     const char *relpath, us_shard_reader read_shard,
 			     struct us_err *err)
 {
@@ -144,7 +145,7 @@ enum us_status us_index_read(struct us_statedict *sd, int dirfd,
 	size_t n = 0;
 	enum us_status rc;
 
-	US_TRY(index_load(sd, dirfd, relpath, &root, err));
+	US_TRY(index_load(sd, dir, relpath, &root, err));
 	wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
 	if (!cJSON_IsObject(root) || !cJSON_IsObject(wm))
 		rc = us_err_set(err, US_E_FORMAT, relpath,
@@ -152,7 +153,7 @@ enum us_status us_index_read(struct us_statedict *sd, int dirfd,
 	else
 		rc = index_shards(wm, relpath, &shards, &n, err);
 	for (size_t i = 0; rc == US_OK && i < n; i++)
-		rc = read_shard(sd, dirfd, shards[i], err);
+		rc = read_shard(sd, dir, shards[i], err);
 	if (rc == US_OK)
 		rc = index_check(sd, wm, relpath, err);
 	free(shards);

@@ -13,16 +13,17 @@
 #include "../model.h"
 
 /* Reads one shard, describing its tensors into @sd. */
-typedef enum us_status (*us_shard_reader)(struct us_statedict *sd, int dirfd,
+typedef enum us_status (*us_shard_reader)(struct us_statedict *sd,
+			const struct us_dir *dir,
 					  const char *relpath,
 					  struct us_err *err);
 
 /*
- * us_index_read - load the index @relpath under @dirfd, read each distinct
+ * us_index_read - load the index @relpath under @dir, read each distinct
  * shard once (sorted by name) with @read_shard, and check the weight_map
  * against what the shards hold.  The index is marked consumed.
  */
-enum us_status us_index_read(struct us_statedict *sd, int dirfd,
+enum us_status us_index_read(struct us_statedict *sd, const struct us_dir *dir,
 			     const char *relpath, us_shard_reader read_shard,
 			     struct us_err *err);
 

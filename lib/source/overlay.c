@@ -58,22 +58,21 @@ enum us_status us_pt_overlay(const char *dir, struct us_pt_list *l,
 	enum us_status rc;
 	char **names;
 	size_t n;
-	int fd;
+	struct us_dir d;
 
-	if (!realpath(dir, abs) ||
-	    (fd = open(abs, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+	if (!realpath(dir, abs) || us_dir_open_path(abs, &d) < 0)
 		return us_err_set(err, US_E_USAGE, dir, "--overlay: cannot open "
 				  "the directory: %s", strerror(errno));
-	rc = us_dirlist(fd, &names, &n);
+	rc = us_dirlist(&d, &names, &n);
 	if (rc != US_OK) {
-		close(fd);
+		us_dir_close(&d);
 		return us_err_set(err, rc, dir, "--overlay: cannot list: %s",
 				  us_status_str(rc));
 	}
 	for (size_t i = 0; rc == US_OK && i < n; i++) {
 		struct stat st;
 
-		if (fstatat(fd, names[i], &st, 0) != 0 || !S_ISREG(st.st_mode))
+		if (us_dir_statat(&d, names[i], &st, 0) != 0 || !S_ISREG(st.st_mode))
 			continue;
 		if (asprintf(&path, "%s/%s", strcmp(abs, "/") ? abs : "", names[i]) < 0) {
 			rc = US_E_NOMEM;
@@ -83,7 +82,7 @@ enum us_status us_pt_overlay(const char *dir, struct us_pt_list *l,
 		free(path);
 	}
 	us_dirlist_free(names, n);
-	close(fd);
+	us_dir_close(&d);
 	if (rc != US_OK)
 		return us_err_set(err, rc, dir, "--overlay: out of memory");
 	return US_OK;

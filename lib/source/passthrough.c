@@ -51,7 +51,8 @@ static bool pt_is_ancestor(const struct us_pt_list *l, size_t dir_idx,
 	return root->st_dev == st->st_dev && root->st_ino == st->st_ino;
 }
 
-static enum us_status pt_walk(int dirfd, const struct us_statedict *sd,
+static enum us_status pt_walk(const struct us_dir *dir,
+			      const struct us_statedict *sd,
 			      struct us_pt_list *l, const char *prefix,
 			      size_t parent, const struct stat *root, int depth)
 {
@@ -59,16 +60,14 @@ static enum us_status pt_walk(int dirfd, const struct us_statedict *sd,
 	char **names;
 	size_t n;
 	char *path;
-	int sub;
+	struct us_dir sub;
 
 	if (depth > PT_MAX_DEPTH)
 		return US_OK;
-	sub = *prefix ? openat(dirfd, prefix, O_PATH | O_DIRECTORY | O_CLOEXEC)
-		      : openat(dirfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (sub < 0)
+	if (us_dir_openat(dir, *prefix ? prefix : ".", &sub) < 0)
 		return US_OK; /* unreadable directory: nothing to pass through */
-	rc = us_dirlist(sub, &names, &n);
-	close(sub);
+	rc = us_dirlist(&sub, &names, &n);
+	us_dir_close(&sub);
 	if (rc != US_OK)
 		return rc == US_E_NOMEM ? rc : US_OK;
 	for (size_t i = 0; rc == US_OK && i < n; i++) {
@@ -79,7 +78,7 @@ static enum us_status pt_walk(int dirfd, const struct us_statedict *sd,
 			rc = US_E_NOMEM;
 			break;
 		}
-		if (fstatat(dirfd, path, &st, 0) == 0 &&
+		if (us_dir_statat(dir, path, &st, 0) == 0 &&
 		    !us_sd_is_consumed(sd, path)) {
 			if (S_ISREG(st.st_mode)) {
 				rc = pt_push(l, path, parent, &st);
@@ -87,7 +86,7 @@ static enum us_status pt_walk(int dirfd, const struct us_statedict *sd,
 				   !pt_is_ancestor(l, parent, &st, root)) {
 				rc = pt_push(l, path, parent, &st);
 				if (rc == US_OK)
-					rc = pt_walk(dirfd, sd, l, path,
+					rc = pt_walk(dir, sd, l, path,
 						     l->n - 1, root, depth + 1);
 			}
 		}
@@ -97,16 +96,17 @@ static enum us_status pt_walk(int dirfd, const struct us_statedict *sd,
 	return rc;
 }
 
-enum us_status us_pt_scan(int dirfd, const struct us_statedict *sd,
+enum us_status us_pt_scan(const struct us_dir *dir,
+			  const struct us_statedict *sd,
 			  struct us_pt_list *out, struct us_err *err)
 {
 	struct stat root;
 	enum us_status rc;
 
 	memset(out, 0, sizeof(*out));
-	if (fstatat(dirfd, ".", &root, 0) < 0)
+	if (us_dir_statat(dir, ".", &root, 0) < 0)
 		return us_err_set(err, US_E_IO, ".", "cannot stat SOURCE");
-	rc = pt_walk(dirfd, sd, out, "", SIZE_MAX, &root, 0);
+	rc = pt_walk(dir, sd, out, "", SIZE_MAX, &root, 0);
 	if (rc != US_OK) {
 		us_pt_free(out);
 		return us_err_set(err, rc, ".", "cannot list SOURCE: %s",
@@ -115,14 +115,15 @@ enum us_status us_pt_scan(int dirfd, const struct us_statedict *sd,
 	return US_OK;
 }
 
-enum us_status us_pt_collect(int srcfd, const struct us_statedict *sd,
+enum us_status us_pt_collect(const struct us_dir *src,
+			     const struct us_statedict *sd,
 			     const char *overlay, struct us_pt_list *l,
 			     struct us_err *err)
 {
 	enum us_status rc = US_OK;
 
-	if (srcfd >= 0)
-		rc = us_pt_scan(srcfd, sd, l, err);
+	if (us_dir_is_open(src))
+		rc = us_pt_scan(src, sd, l, err);
 	if (rc == US_OK && overlay)
 		rc = us_pt_overlay(overlay, l, err);
 	if (rc != US_OK)

@@ -28,16 +28,17 @@ struct us_pt_list {
 	size_t n, cap;
 };
 
-/* us_pt_scan - list the passthrough tree of the directory @dirfd.  Parents
- * always come before their children. */
-enum us_status us_pt_scan(int dirfd, const struct us_statedict *sd,
-			  struct us_pt_list *out, struct us_err *err);
+/* us_pt_scan - list the passthrough tree of the directory @dir (local or
+ * remote).  Parents always come before their children. */
+enum us_status us_pt_scan(const struct us_dir *dir,
+			  const struct us_statedict *sd, struct us_pt_list *out,
+			  struct us_err *err);
 void us_pt_free(struct us_pt_list *l);
 
 /*
  * us_pt_overlay - add the regular files (symlinks followed) directly in
  * @dir to @l as top-level entries (--overlay).  Their relpath is absolute
- * (openat ignores the SOURCE descriptor for it), and an overlay file
+ * (us_file_open opens it locally, whatever SOURCE is), and an overlay file
  * replaces a SOURCE file of the same name: the user added it on purpose
  * (an HF config.json beside a trainer's own).  Subdirectories are not
  * walked: an overlay is a flat config directory.
@@ -47,11 +48,12 @@ enum us_status us_pt_overlay(const char *dir, struct us_pt_list *l,
 
 /*
  * us_pt_collect - what a mount of @sd passes through: SOURCE's tree when
- * SOURCE is the directory @srcfd (-1: one file, nothing beside it), then
+ * SOURCE is the directory @src (US_DIR_NONE: one file, nothing beside it), then
  * the files of @overlay (NULL: none).  The mount, export and inspect all
  * list it so.  On failure @l is freed.
  */
-enum us_status us_pt_collect(int srcfd, const struct us_statedict *sd,
+enum us_status us_pt_collect(const struct us_dir *src,
+			     const struct us_statedict *sd,
 			     const char *overlay, struct us_pt_list *l,
 			     struct us_err *err);
 

@@ -12,6 +12,7 @@
 #include "../model.h"
 #include "../names.h"
 #include "../ties.h"
+#include "../storage/remote.h"
 
 /* --deepspeed-weights: which weights a DeepSpeed checkpoint serves. */
 enum us_ds_weights {
@@ -36,19 +37,22 @@ struct us_source_opts {
 	/* --overlay DIR: its config.json, when it has one, is the one recipes
 	 * (head_dim) and ties (tie_word_embeddings) read instead of SOURCE's. */
 	const char *overlay;
+	/* A remote SOURCE's store options (storage/remote.h). */
+	struct us_remote_opts remote;
 };
 
 /*
- * A reader.  @file is the checkpoint file when SOURCE is a file, or NULL when
- * SOURCE is the directory @dirfd.  probe() must only look at names and
+ * A reader.  @file is the checkpoint file when SOURCE is a file (then @d is
+ * its directory), or NULL when SOURCE is the directory @d (local or remote:
+ * storage.h).  probe() must only look at names and
  * headers; read() describes every tensor, opening the files it uses through
  * us_sd_open_file() and marking any other file it consumed (an index).
  * @opts (NULL: defaults) carries the options a format has (ds_weights).
  */
 struct us_reader {
 	const char *name;
-	bool (*probe)(int dirfd, const char *file);
-	enum us_status (*read)(struct us_statedict *sd, int dirfd,
+	bool (*probe)(const struct us_dir *d, const char *file);
+	enum us_status (*read)(struct us_statedict *sd, const struct us_dir *d,
 			       const char *file, const struct us_source_opts *opts,
 			       struct us_err *err);
 };
@@ -63,22 +67,22 @@ extern const struct us_reader us_reader_ds_universal;
  * us_source_open - open @path (a file or a directory), read it with the
  * reader @opts asks for (or the first whose probe accepts it) and return the
  * finalized state dict in *@out.  On failure *@out is NULL and @err says why.
- * *@dirfd_out receives an O_PATH descriptor of SOURCE's directory (for
- * passthrough), or -1 when SOURCE is a single file.
+ * @path may be a URL (us_remote_is_url: s3://, https://): the state dict
+ * then owns the store (sd->remote), opened with @opts->remote.
+ * *@dir_out receives SOURCE's directory (for passthrough; close it with
+ * us_dir_close), or US_DIR_NONE when SOURCE is a single file; a remote
+ * one refers to sd->remote and is valid while the state dict lives.
  */
 enum us_status us_source_open(const char *path,
 			      const struct us_source_opts *opts,
-			      struct us_statedict **out, int *dirfd_out,
+			      struct us_statedict **out, struct us_dir *dir_out,
 			      struct us_err *err);
 
-/* us_source_probe - does any reader's probe accept the directory @dirfd
+/* us_source_probe - does any reader's probe accept the directory @d
  * (names and headers only, as us_source_open picks its reader)? */
-bool us_source_probe(int dirfd);
+bool us_source_probe(const struct us_dir *d);
 
-/* us_dirlist - the sorted entry names of @dirfd (without . and ..). */
-enum us_status us_dirlist(int dirfd, char ***names, size_t *n);
-void us_dirlist_free(char **names, size_t n);
-/* us_dir_any - does any entry name of @dirfd satisfy @match?  (Probes.) */
-bool us_dir_any(int dirfd, bool (*match)(const char *name));
+/* us_dir_any - does any entry name of @d satisfy @match?  (Probes.) */
+bool us_dir_any(const struct us_dir *d, bool (*match)(const char *name));
 
 #endif /* US_SOURCE_H */

@@ -42,6 +42,12 @@ static inline bool us_dir_is_open(const struct us_dir *d)
 	return d && (d->fd >= 0 || d->remote);
 }
 
+/*
+ * Every call below that takes a directory also takes NULL for the current
+ * directory (local), and a name or relpath that is absolute always names a
+ * local file whatever @d is (--overlay's files are opened that way).
+ */
+
 /* us_dir_open_path - the local directory @path (open(2) O_PATH). 0 / -1. */
 int us_dir_open_path(const char *path, struct us_dir *out);
 /* us_dir_open_remote - the root of @r's listing (or of @prefix in it). */
@@ -61,6 +67,10 @@ void us_dir_close(struct us_dir *d);
 int us_dir_statat(const struct us_dir *d, const char *name, struct stat *st,
 		  int flags);
 
+/* us_dir_exists - does @name under @d exist (symlinks followed), as
+ * faccessat(F_OK) answers? */
+bool us_dir_exists(const struct us_dir *d, const char *name);
+
 /* us_dirlist - the sorted entry names of @d (without . and ..). */
 enum us_status us_dirlist(const struct us_dir *d, char ***names, size_t *n);
 void us_dirlist_free(char **names, size_t n);
@@ -76,10 +86,17 @@ enum us_status us_file_open(const struct us_dir *d, const char *relpath,
 			    struct us_file *f);
 void us_file_close(struct us_file *f);
 
+/* us_file_open_fd - @f for the open local file @fd (a test's memfd, a
+ * fuzzer's input), its identity recorded now; @f owns @fd on US_OK (closed
+ * by us_file_close).  US_E_FORMAT when it is not a regular file, US_E_IO
+ * when fstat fails. */
+enum us_status us_file_open_fd(int fd, struct us_file *f);
+
 /*
  * us_file_pread - exactly @len bytes at @off of @f into @buf: US_OK, or
  * US_E_IO with errno set (EIO when the file ends early, or when a remote
- * object changed since mount or could not be fetched within its retries).
+ * object changed since mount or could not be fetched within its retries;
+ * EBADF, as pread says, for an @f with neither a descriptor nor a store).
  */
 enum us_status us_file_pread(const struct us_file *f, void *buf, size_t len,
 			     uint64_t off);

@@ -55,6 +55,7 @@ struct us_readahead *us_readahead_new(const struct us_statedict *sd)
 
 	if (!ra)
 		return NULL;
+	/* Remote objects (fd -1) get no stream: their store prefetches. */
 	for (size_t i = 0; i < sd->nfiles; i++)
 		if (sd->files[i].fd > maxfd)
 			maxfd = sd->files[i].fd;

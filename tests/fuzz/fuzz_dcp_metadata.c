@@ -17,7 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct us_source_opts opts = { .format = "dcp" };
 	struct us_statedict *sd = NULL;
 	struct us_err err;
-	int dirfd = -1;
+	struct us_dir srcdir = US_DIR_NONE;
 
 	if (!dir[0]) {
 		fuzz_tmpdir(dir, sizeof(dir), "dcp");
@@ -25,11 +25,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fuzz_copy_fixture("torch/fsdp2_2rank/__1_0.distcp", dir, "__1_0.distcp");
 	}
 	fuzz_put(dir, ".metadata", data, size);
-	if (us_source_open(dir, &opts, &sd, &dirfd, &err) == US_OK) {
+	if (us_source_open(dir, &opts, &sd, &srcdir, &err) == US_OK) {
 		fuzz_check_inside(sd);
 		fuzz_read_views(sd);
 		us_sd_free(sd);
-		close(dirfd);
+		us_dir_close(&srcdir);
 	} else if (!err.msg[0]) {
 		abort();
 	}

@@ -40,10 +40,11 @@ static void walk_item(const void *item, size_t len)
 	struct us_arena a;
 	struct us_err err = { .msg = "" };
 	int fd = fuzz_memfd(item, len);
+	struct us_file f = { .fd = fd };
 	enum us_status st;
 
 	us_arena_init(&a);
-	st = us_dcp_zstd_item(fd, 0, len, &a, &zi, &err);
+	st = us_dcp_zstd_item(&f, 0, len, &a, &zi, &err);
 	if (st == US_OK) {
 		if (zi.data + zi.bytes + US_DCP_ZSTD_DESC != zi.served ||
 		    zi.first < zi.data || zi.bad_at != UINT64_MAX)
@@ -59,7 +60,7 @@ static void walk_item(const void *item, size_t len)
 		struct us_pk *root;
 
 		err.msg[0] = '\0';
-		st = us_dcp_zstd_value(fd, 0, len, &a, &root, &err);
+		st = us_dcp_zstd_value(&f, 0, len, &a, &root, &err);
 		if (st != US_OK && !fuzz_refusal_ok(st, &err))
 			abort();
 	}
@@ -68,10 +69,10 @@ static void walk_item(const void *item, size_t len)
 }
 
 /* Decode the whole item: its size, -1 if it fails, -2 if too large. */
-static int64_t decode_all(int fd, size_t len)
+static int64_t decode_all(const struct us_file *f, size_t len)
 {
 	static unsigned char buf[4096]; /* small: no single-pass shortcut */
-	struct us_zstream *z = us_zstream_open(fd, 0, len);
+	struct us_zstream *z = us_zstream_open(f, 0, len);
 	uint64_t n = 0;
 
 	if (!z)
@@ -108,7 +109,8 @@ static void walk_frames(const uint8_t *item, size_t len)
 	struct us_zframes zf;
 	struct us_err err = { .msg = "" };
 	int fd = fuzz_memfd(item, len);
-	enum us_status rc = us_zframes_walk(fd, 0, len, &zf, &err);
+	struct us_file f = { .fd = fd };
+	enum us_status rc = us_zframes_walk(&f, 0, len, &zf, &err);
 	const char *why = err.msg;
 	int64_t n;
 
@@ -120,7 +122,7 @@ static void walk_frames(const uint8_t *item, size_t len)
 		close(fd);
 		return;
 	}
-	n = decode_all(fd, len);
+	n = decode_all(&f, len);
 	if (n >= 0 && rc < 0 && !deliberate(item, len, zf.bad_at, why))
 		abort(); /* the walk refused what decodes */
 	if (n >= 0 && rc == 0 && zf.sized == 0 &&

@@ -46,17 +46,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct us_statedict *sd = NULL;
 	struct us_err err;
-	int dirfd = -1;
+	struct us_dir srcdir = US_DIR_NONE;
 
 	if (!dir[0])
 		setup();
 	put("model.safetensors.index.json", data, size);
-	if (us_source_open(dir, NULL, &sd, &dirfd, &err) == US_OK) {
+	if (us_source_open(dir, NULL, &sd, &srcdir, &err) == US_OK) {
 		for (size_t i = 0; i < sd->nfiles; i++)
 			if (strstr(sd->files[i].relpath, ".."))
 				abort(); /* a path outside SOURCE was opened */
 		us_sd_free(sd);
-		close(dirfd);
+		us_dir_close(&srcdir);
 	}
 	return 0;
 }

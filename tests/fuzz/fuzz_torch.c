@@ -14,10 +14,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct us_statedict *sd = NULL;
 	struct us_err err;
 	char path[64];
-	int dirfd = -1;
+	struct us_dir srcdir = US_DIR_NONE;
 
 	fuzz_memfd_path(data, size, path, sizeof(path));
-	if (us_source_open(path, &opts, &sd, &dirfd, &err) == US_OK) {
+	if (us_source_open(path, &opts, &sd, &srcdir, &err) == US_OK) {
 		fuzz_read_views(sd);
 		us_sd_free(sd);
 	} else if (!err.msg[0]) {

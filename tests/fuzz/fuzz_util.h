@@ -273,7 +273,7 @@ static inline void fuzz_slots_run(struct fuzz_slots *s,
 	struct us_err err;
 	char root[512];
 	size_t i;
-	int dirfd = -1;
+	struct us_dir srcdir = US_DIR_NONE;
 
 	if (size == 0)
 		return;
@@ -282,11 +282,11 @@ static inline void fuzz_slots_run(struct fuzz_slots *s,
 	i = (data[0] & 0x7f) % s->n;
 	fuzz_slot_root(s, i, root, sizeof(root));
 	fuzz_put(root, s->v[i].file, data + 1, size - 1);
-	if (us_source_open(root, opts, &sd, &dirfd, &err) == US_OK) {
+	if (us_source_open(root, opts, &sd, &srcdir, &err) == US_OK) {
 		fuzz_check_inside(sd);
 		fuzz_read_views(sd);
+		us_dir_close(&srcdir);
 		us_sd_free(sd);
-		close(dirfd);
 	} else if (!err.msg[0]) {
 		abort(); /* a refusal must say why */
 	}

@@ -38,10 +38,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct us_zip z;
 	struct us_err err = { .msg = "" };
 	int fd = fuzz_memfd(data, size);
+	struct us_file f = { .fd = fd }; /* the zip reads through it */
 	enum us_status st;
 
 	us_arena_init(&a);
-	st = us_zip_open(&z, fd, 0, size, &a, &err);
+	st = us_zip_open(&z, &f, 0, size, &a, &err);
 	if (st == US_OK) {
 		size_t plen = strlen(z.prefix), ns = 0;
 		struct span *spans = calloc(z.n + 1, sizeof(*spans));

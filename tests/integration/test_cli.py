@@ -133,6 +133,29 @@ def test_value_option_without_its_value_is_a_usage_error(tmp_path):
         assert len(lines) == 1 and lines[0].startswith("unshardfs: ") and opt in lines[0], lines
 
 
+def test_remote_store_options_parse_and_leave_a_local_source_alone(tmp_path):
+    """The remote SOURCE options (fs/opts.c): any of them with a local SOURCE changes
+    nothing; a bad value is a usage error of one line naming the option."""
+    plain = run_cli("inspect", SOURCES["sample"])
+    assert plain.returncode == 0, plain.stderr
+    r = run_cli("inspect", "--endpoint-url=http://127.0.0.1:9", "--region", "eu-west-1",
+                "--profile=p", "--addressing=path", "--no-sign-request", "--block-size=1M",
+                "--cache-dir=/nonexistent", "--cache-dir-size=1G", "--connections=4",
+                "--retries=1", "--timeout=5", SOURCES["sample"])
+    assert r.returncode == 0 and r.stdout == plain.stdout, r.stderr
+    for bad in ("--addressing=sideways", "--endpoint-url=ftp://x", "--block-size=0",
+                "--connections=0", "--retries=0", "--retries=101", "--timeout=x", "--region="):
+        r = run_cli("inspect", bad, SOURCES["sample"])
+        lines = r.stderr.splitlines()
+        assert r.returncode == 1 and len(lines) == 1, (bad, r.returncode, r.stderr)
+        assert bad.split("=")[0] in lines[0], (bad, lines)
+    # and as -o NAME=V on a mount ('_' for '-'), checked before anything mounts
+    r = run_cli("-o", "endpoint_url=http://127.0.0.1:9,no_sign_request,retries=0",
+                SOURCES["sample"], str(tmp_path))
+    lines = r.stderr.splitlines()
+    assert r.returncode == 1 and len(lines) == 1 and "--retries" in lines[0], r.stderr
+
+
 def test_dtype_aliases_as_torch_spells_them(tmp_path):
     want = {"bf16": _export(tmp_path, "bf16", "--dtype=bf16"),
             "f16": _export(tmp_path, "f16", "--dtype=f16"),

@@ -210,6 +210,30 @@ def test_mount_options_must_match():
             unshardfs.load(mnt, options={"dtype": "bf16"})
 
 
+def test_remote_store_options_reach_the_c_options():
+    """The store options (keyword arguments, and the counts in options=) land in
+    us_loader_opts field for field (the ctypes layout is the header's): the canonical
+    options say each one. A local SOURCE reads as it always does."""
+    src = SOURCES["sample"]
+    plain = unshardfs.load(src)
+    with unshardfs.Loader(src, {"retries": 3, "block_size": 1 << 20, "timeout": 7,
+                                "connections": 2, "cache_dir_size": 1 << 30},
+                          endpoint_url="http://127.0.0.1:9", region="eu-west-1",
+                          profile="p", addressing="path", no_sign_request=True,
+                          cache_dir="/nonexistent/c") as ld:
+        assert ld.options.endswith(
+            ",endpoint-url=http://127.0.0.1:9,region=eu-west-1,profile=p,"
+            "addressing=path,no-sign-request=yes,block-size=1048576,"
+            "cache-dir=/nonexistent/c,cache-dir-size=1073741824,connections=2,"
+            "retries=3,timeout=7"), ld.options
+    got = unshardfs.load(src, endpoint_url="http://127.0.0.1:9", no_sign_request=True)
+    assert sorted(got) == sorted(plain)
+    for n in plain:
+        assert tensor_bytes(got[n]) == tensor_bytes(plain[n]), n
+    with pytest.raises(unshardfs.UnshardfsError, match="addressing"):
+        unshardfs.load(src, addressing="sideways")
+
+
 def test_changed_source_is_refused(tmp_path):
     src = tmp_path / "src"
     shutil.copytree(SOURCES["sample"], src)

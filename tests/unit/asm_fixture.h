@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "file_fd.h"
 #include "assemble/assemble.h"
 #include "model.h"
 #include "tmpdir.h"
@@ -113,7 +114,7 @@ static inline bool fx_write(struct fx *x, size_t len)
 	dfd = open(x->dir, O_RDONLY | O_DIRECTORY);
 	if (dfd < 0)
 		return false;
-	ok = us_sd_open_file(x->sd, dfd, "shard.bin", &x->file, &err) == US_OK;
+	ok = us_sd_open_file(x->sd, US_TEST_DIR(dfd), "shard.bin", &x->file, &err) == US_OK;
 	close(dfd);
 	for (size_t i = 0; ok && i < x->sd->ntensors; i++)
 		for (uint32_t c = 0; c < x->sd->tensors[i].nchunks; c++)

@@ -15,12 +15,11 @@ struct us_statedict *fixture_open(const char *path)
 {
 	struct us_statedict *sd = NULL;
 	struct us_err err = {0};
-	int dirfd = -1;
+	struct us_dir srcdir = US_DIR_NONE;
 
-	if (us_source_open(path, NULL, &sd, &dirfd, &err) != US_OK)
+	if (us_source_open(path, NULL, &sd, &srcdir, &err) != US_OK)
 		fprintf(stderr, "  %s: %s\n", path, err.msg);
-	if (dirfd >= 0)
-		close(dirfd);
+	us_dir_close(&srcdir);
 	return sd;
 }
 

@@ -21,6 +21,7 @@
 #include "assemble/cache.h"
 #include "codec/crc32.h"
 #include "codec/zipdesc.h"
+#include "file_fd.h"
 #include "harness.h"
 #include "model.h"
 #include "tmpdir.h"
@@ -328,7 +329,7 @@ static bool zfix_make(struct zfix *z, bool transpose, bool corrupt, size_t cut,
 	z->sd = us_sd_new();
 	dfd = open(z->dir, O_RDONLY | O_DIRECTORY);
 	if (!z->sd || dfd < 0 ||
-	    us_sd_open_file(z->sd, dfd, "__0_0.distcp", &idx, &err) != US_OK) {
+	    us_sd_open_file(z->sd, US_TEST_DIR(dfd), "__0_0.distcp", &idx, &err) != US_OK) {
 		if (dfd >= 0)
 			close(dfd);
 		return false;

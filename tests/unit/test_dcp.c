@@ -151,11 +151,11 @@ static void expect_refusal(const char *dir, enum us_status want,
 {
 	struct us_statedict *sd = NULL;
 	struct us_err err = {0};
-	int dirfd = -1;
-	enum us_status rc = us_source_open(dir, NULL, &sd, &dirfd, &err);
+	struct us_dir srcdir = US_DIR_NONE;
+	enum us_status rc = us_source_open(dir, NULL, &sd, &srcdir, &err);
 
 	CHECK(rc == want);
-	CHECK(sd == NULL && dirfd == -1);
+	CHECK(sd == NULL && srcdir.fd == -1 && !srcdir.remote);
 	CHECK(strncmp(err.msg, prefix, strlen(prefix)) == 0);
 	if (rc != want || strncmp(err.msg, prefix, strlen(prefix)))
 		fprintf(stderr, "  want %d '%s...', got %d '%s'\n", want, prefix,

@@ -146,6 +146,42 @@ static void test_options(const char *dir)
 	CHECK(us_loader_open("/nonexistent/x", NULL, &ld, &err) == US_E_IO);
 }
 
+/* A remote SOURCE's store options: only those set, round trip. */
+static void test_canon_remote(void)
+{
+	struct us_source_opts so = { .ties = US_TIES_AUTO, .remote = {
+		.endpoint_url = "http://127.0.0.1:9000", .region = "eu-west-1",
+		.addressing = US_ADDR_PATH, .no_sign = true,
+		.block_size = 1 << 20, .retries = 2, .cache_dir = "/var/c" } };
+	struct us_canon_opts c;
+	struct us_err err = {0};
+	char a[512], b[512];
+
+	us_source_opts_canon(&so, a, sizeof(a));
+	CHECK(strstr(a, ",endpoint-url=http://127.0.0.1:9000,region=eu-west-1,"
+		      "addressing=path,no-sign-request=yes,block-size=1048576,"
+		      "cache-dir=/var/c,retries=2") != NULL);
+	CHECK(!strstr(a, "profile") && !strstr(a, "timeout"));
+	CHECK(us_source_opts_decode(a, &c, &err) == US_OK);
+	CHECK(c.so.remote.endpoint_url &&
+	      !strcmp(c.so.remote.endpoint_url, "http://127.0.0.1:9000") &&
+	      c.so.remote.addressing == US_ADDR_PATH && c.so.remote.no_sign &&
+	      c.so.remote.block_size == 1 << 20 && c.so.remote.retries == 2 &&
+	      !c.so.remote.profile && !c.so.remote.timeout_s);
+	us_source_opts_canon(&c.so, b, sizeof(b));
+	CHECK(!strcmp(a, b));
+	CHECK(us_source_opts_decode("addressing=sideways", &c, &err) ==
+	      US_E_FORMAT);
+	CHECK(us_source_opts_decode("retries=-1", &c, &err) == US_E_FORMAT);
+	CHECK(us_source_opts_decode("no-sign-request=no", &c, &err) ==
+	      US_E_FORMAT);
+	/* a local SOURCE's string is what it always was */
+	so.remote = (struct us_remote_opts){0};
+	us_source_opts_canon(&so, a, sizeof(a));
+	CHECK(!strcmp(a, "format=auto,no-unwrap=no,dtype=keep,ties=auto,"
+		      "deepspeed-weights=fp32"));
+}
+
 static void test_canon(void)
 {
 	const char *strip[] = { "a,b=%c", "x." };
@@ -180,6 +216,7 @@ static void test_canon(void)
 	CHECK(us_source_opts_decode("format", &c, &err) == US_E_FORMAT);
 	CHECK(us_source_opts_decode("format=%4", &c, &err) == US_E_FORMAT);
 	CHECK(us_source_opts_decode("", &c, &err) == US_OK);
+	test_canon_remote();
 }
 
 static void test_identity(const char *dir)
@@ -189,24 +226,24 @@ static void test_identity(const char *dir)
 	struct us_err err = {0};
 	char before[64], after[64], path[4200];
 	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT }, { 12345, 0 } };
-	int dirfd;
+	struct us_dir srcdir;
 
-	CHECK(us_source_open(dir, &so, &sd, &dirfd, &err) == US_OK);
+	CHECK(us_source_open(dir, &so, &sd, &srcdir, &err) == US_OK);
 	if (!sd)
 		return;
 	us_sd_identity(sd, before, sizeof(before));
 	CHECK(!strncmp(before, "v1:1:", 5));
 	us_sd_free(sd);
-	close(dirfd);
+	us_dir_close(&srcdir);
 	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
 	CHECK(utimensat(AT_FDCWD, path, ts, 0) == 0);
-	CHECK(us_source_open(dir, &so, &sd, &dirfd, &err) == US_OK);
+	CHECK(us_source_open(dir, &so, &sd, &srcdir, &err) == US_OK);
 	if (!sd)
 		return;
 	us_sd_identity(sd, after, sizeof(after));
 	CHECK(strcmp(before, after) != 0);
 	us_sd_free(sd);
-	close(dirfd);
+	us_dir_close(&srcdir);
 }
 
 int main(void)

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "file_fd.h"
 #include "harness.h"
 #include "model.h"
 #include "tmpdir.h"
@@ -25,7 +26,7 @@ static struct us_statedict *make(const char *dir)
 
 	CHECK(tmpdir_write(dir, "x.bin", bytes, sizeof(bytes)) == 0);
 	dfd = open(dir, O_RDONLY | O_DIRECTORY);
-	CHECK(us_sd_open_file(sd, dfd, "x.bin", &f, &err) == US_OK);
+	CHECK(us_sd_open_file(sd, US_TEST_DIR(dfd), "x.bin", &f, &err) == US_OK);
 	close(dfd);
 	t = us_sd_add_tensor(sd, "a", US_DT_U8, 2, sa, 2, "x.bin", &err);
 	for (uint32_t i = 0; t && i < 2; i++) {

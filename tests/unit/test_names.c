@@ -55,19 +55,19 @@ static void test_collision(void)
 	char path[4200];
 	struct us_statedict *sd = NULL;
 	struct us_err err = {0};
-	int dirfd = -1;
+	struct us_dir srcdir = US_DIR_NONE;
 
 	snprintf(path, sizeof(path), "%s/m.safetensors", d);
 	CHECK(tmpdir_write_st(d, "m.safetensors",
 		"{\"module.w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
 		"\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}", 2) == 0);
-	CHECK(us_source_open(path, NULL, &sd, &dirfd, &err) == US_E_FORMAT);
+	CHECK(us_source_open(path, NULL, &sd, &srcdir, &err) == US_E_FORMAT);
 	CHECK(strstr(err.msg, "'module.w'") && strstr(err.msg, "'w'"));
 	CHECK(strncmp(err.msg, "m.safetensors: ", 15) == 0);
 	{
 		struct us_source_opts o = { .names = { .no_unwrap = true } };
 
-		CHECK(us_source_open(path, &o, &sd, &dirfd, &err) == US_OK);
+		CHECK(us_source_open(path, &o, &sd, &srcdir, &err) == US_OK);
 		us_sd_free(sd);
 	}
 	tmpdir_rm(d);

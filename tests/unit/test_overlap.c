@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "file_fd.h"
 #include "harness.h"
 #include "model.h"
 #include "overlap.h"
@@ -233,7 +234,7 @@ static enum us_status finalize_grid(bool overlap, struct us_err *err)
 
 	tmpdir_write(dir, "w.bin", "\1\2\3\4", 4);
 	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (sd && us_sd_open_file(sd, dirfd, "w.bin", &file, err) == US_OK &&
+	if (sd && us_sd_open_file(sd, US_TEST_DIR(dirfd), "w.bin", &file, err) == US_OK &&
 	    (t = us_sd_add_tensor(sd, "w", US_DT_I32, 2, shape, 100000,
 				  "w.bin", err))) {
 		for (uint32_t i = 0; i < t->nchunks; i++) {

@@ -273,7 +273,7 @@ static void exec_all_ranges(bool transpose)
 	{
 		struct us_err err = {0};
 
-		CHECK(us_sd_open_file(sd, AT_FDCWD, path, &idx, &err) == US_OK);
+		CHECK(us_sd_open_file(sd, NULL, path, &idx, &err) == US_OK);
 	}
 	for (uint32_t i = 0; i < t->nchunks; i++)
 		t->chunks[i].src.file = idx;
@@ -345,7 +345,7 @@ static void test_map_segments(void)
 		((uint64_t *)t->chunks[i].sizes)[1] = 8192;
 	}
 	CHECK(write(fd, src_mem, sizeof(src_mem)) == (ssize_t)sizeof(src_mem));
-	CHECK(us_sd_open_file(sd, AT_FDCWD, path, &idx, &err) == US_OK);
+	CHECK(us_sd_open_file(sd, NULL, path, &idx, &err) == US_OK);
 	t->chunks[0].src.file = t->chunks[1].src.file = idx;
 	t->chunks[0].src.offset = 0;
 	t->chunks[1].src.offset = 32768;

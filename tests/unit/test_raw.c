@@ -39,14 +39,14 @@ static const struct want wants[] = {
 	{ "big", "U8", "3,100", 55, 355 },
 };
 
-static struct us_statedict *open_st(const char *dir, int *dirfd)
+static struct us_statedict *open_st(const char *dir, struct us_dir *srcdir)
 {
 	struct us_statedict *sd = NULL;
 	struct us_err err = {0};
 	char path[4200];
 
 	snprintf(path, sizeof(path), "%s/m.safetensors", dir);
-	if (us_source_open(path, NULL, &sd, dirfd, &err) != US_OK)
+	if (us_source_open(path, NULL, &sd, srcdir, &err) != US_OK)
 		fprintf(stderr, "  open: %s\n", err.msg);
 	return sd;
 }
@@ -95,10 +95,10 @@ static void test_bytes_and_xattrs(void)
 {
 	const char *d = tmpdir_new();
 	struct us_statedict *sd;
-	int dirfd = -1;
+	struct us_dir srcdir = US_DIR_NONE;
 
 	CHECK(tmpdir_write_st(d, "m.safetensors", HDR, DLEN) == 0);
-	sd = open_st(d, &dirfd);
+	sd = open_st(d, &srcdir);
 	CHECK(sd != NULL);
 	for (size_t i = 0; sd && i < sizeof(wants) / sizeof(wants[0]); i++) {
 		const struct us_tensor *t = us_sd_find(sd, wants[i].name);
@@ -118,8 +118,7 @@ static void test_bytes_and_xattrs(void)
 		check_xattr(v, US_XATTR_SOURCE, "m.safetensors");
 		us_view_free(v);
 	}
-	if (dirfd >= 0)
-		close(dirfd);
+	us_dir_close(&srcdir);
 	us_sd_free(sd);
 	tmpdir_rm(d);
 }
@@ -131,10 +130,10 @@ static void test_array(void)
 	struct us_view *raw = NULL;
 	struct us_err err = {0};
 	struct us_statedict *sd;
-	int dirfd = -1;
+	struct us_dir srcdir = US_DIR_NONE;
 
 	CHECK(tmpdir_write_st(d, "m.safetensors", HDR, DLEN) == 0);
-	sd = open_st(d, &dirfd);
+	sd = open_st(d, &srcdir);
 	CHECK(sd != NULL);
 	if (sd && us_view_raw_array_new(sd, &raw, &err) == US_OK) {
 		for (size_t i = 0; i < sizeof(wants) / sizeof(wants[0]); i++) {
@@ -149,8 +148,7 @@ static void test_array(void)
 		CHECK(0);
 	}
 	us_view_raw_array_free(raw);
-	if (dirfd >= 0)
-		close(dirfd);
+	us_dir_close(&srcdir);
 	us_sd_free(sd);
 	tmpdir_rm(d);
 }
@@ -163,10 +161,10 @@ static void test_xattr_refusals(void)
 	struct us_err err = {0};
 	struct us_statedict *sd;
 	struct us_sbuf b;
-	int dirfd = -1;
+	struct us_dir srcdir = US_DIR_NONE;
 
 	CHECK(tmpdir_write_st(d, "m.safetensors", HDR, DLEN) == 0);
-	sd = open_st(d, &dirfd);
+	sd = open_st(d, &srcdir);
 	CHECK(sd != NULL);
 	if (sd && us_view_safetensors_new(sd, &st, &err) == US_OK &&
 	    us_view_raw_new(sd, us_sd_find(sd, "a"), &v, &err) == US_OK) {
@@ -185,8 +183,7 @@ static void test_xattr_refusals(void)
 	CHECK(strcmp(us_raw_xattr_list, US_XATTR_DTYPE) == 0);
 	us_view_free(st);
 	us_view_free(v);
-	if (dirfd >= 0)
-		close(dirfd);
+	us_dir_close(&srcdir);
 	us_sd_free(sd);
 	tmpdir_rm(d);
 }
@@ -203,7 +200,7 @@ static void test_two_chunks(void)
 	struct us_view *v = NULL;
 	struct us_tensor *t;
 	uint32_t i0 = 0, i1 = 0;
-	int dirfd = open(d, O_RDONLY | O_DIRECTORY);
+	struct us_dir dir = US_DIR_NONE;
 
 	for (int i = 0; i < 8; i++)
 		f0[i] = (unsigned char)i;
@@ -211,8 +208,9 @@ static void test_two_chunks(void)
 		f1[i] = (unsigned char)(100 + i);
 	CHECK(tmpdir_write(d, "__0_0.distcp", f0, sizeof(f0)) == 0);
 	CHECK(tmpdir_write(d, "__1_0.distcp", f1, sizeof(f1)) == 0);
-	CHECK(us_sd_open_file(sd, dirfd, "__0_0.distcp", &i0, &err) == US_OK);
-	CHECK(us_sd_open_file(sd, dirfd, "__1_0.distcp", &i1, &err) == US_OK);
+	CHECK(us_dir_open_path(d, &dir) == 0);
+	CHECK(us_sd_open_file(sd, &dir, "__0_0.distcp", &i0, &err) == US_OK);
+	CHECK(us_sd_open_file(sd, &dir, "__1_0.distcp", &i1, &err) == US_OK);
 	t = us_sd_add_tensor(sd, "w", US_DT_U8, 2, shape, 2, "test", &err);
 	CHECK(t != NULL);
 	if (t) {
@@ -242,8 +240,7 @@ static void test_two_chunks(void)
 	}
 	us_view_free(v);
 	us_sd_free(sd);
-	if (dirfd >= 0)
-		close(dirfd);
+	us_dir_close(&dir);
 	tmpdir_rm(d);
 }
 

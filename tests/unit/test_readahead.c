@@ -96,9 +96,9 @@ static void run_all(bool cast)
 	struct us_statedict *sd = NULL;
 	struct us_view *raw = NULL;
 	struct us_err err = {0};
-	int dirfd = -1;
+	struct us_dir srcdir = US_DIR_NONE;
 
-	CHECK(us_source_open(path, &so, &sd, &dirfd, &err) == US_OK);
+	CHECK(us_source_open(path, &so, &sd, &srcdir, &err) == US_OK);
 	CHECK(sd && us_view_raw_array_new(sd, &raw, &err) == US_OK);
 	ra = sd ? us_readahead_new(sd) : NULL;
 	CHECK(ra != NULL);
@@ -112,8 +112,7 @@ static void run_all(bool cast)
 	us_readahead_free(ra);
 	us_view_raw_array_free(raw);
 	us_sd_free(sd);
-	if (dirfd >= 0)
-		close(dirfd);
+	us_dir_close(&srcdir);
 }
 
 int main(void)

@@ -334,20 +334,20 @@ static void test_offset_apply(void)
 	CHECK(us_recipe_parse(lit, strlen(lit), "t.json", &r, &err) == US_OK);
 	make(sd, 2, 2, 2)->name = "layers.4.w";
 	make(sd, 2, 2, 2)->name = "mtp.0.w";
-	CHECK(us_recipe_apply(sd, r, -1, &err) == US_OK);
+	CHECK(us_recipe_apply(sd, r, NULL, &err) == US_OK);
 	CHECK(sd->ntensors == 2 && !strcmp(sd->tensors[0].name, "l.4.w") &&
 	      !strcmp(sd->tensors[1].name, "l.5.w"));
 	us_sd_free(sd);
 	sd = us_sd_new();
 	make(sd, 2, 2, 2)->name = "x.1";
-	CHECK(us_recipe_apply(sd, r, -1, &err) == US_E_UNSUPPORTED);
+	CHECK(us_recipe_apply(sd, r, NULL, &err) == US_E_UNSUPPORTED);
 	CHECK(strstr(err.msg, "t.json: rule 3: the offset of '{k}' is config.json's "
 			      "\"num_hidden_layers\", and no config.json"));
 	us_sd_free(sd);
 	sd = us_sd_new();
 	make(sd, 2, 2, 2)->name = "layers.0.w";
 	make(sd, 2, 2, 2)->name = "mtp.99999999999999999999.w";
-	CHECK(us_recipe_apply(sd, r, -1, &err) == US_E_UNSUPPORTED &&
+	CHECK(us_recipe_apply(sd, r, NULL, &err) == US_E_UNSUPPORTED &&
 	      strstr(err.msg, "rule 2: '{k}' of 'mtp.99999999999999999999.w' plus its "
 			      "offset 5 does not fit 64 bits"));
 	us_sd_free(sd);

@@ -21,16 +21,15 @@ static void expect_open(const char *path, enum us_status want, const char *prefi
 {
 	struct us_statedict *sd = NULL;
 	struct us_err err = {0};
-	int dirfd = -1;
-	enum us_status rc = us_source_open(path, NULL, &sd, &dirfd, &err);
+	struct us_dir srcdir = US_DIR_NONE;
+	enum us_status rc = us_source_open(path, NULL, &sd, &srcdir, &err);
 
 	CHECK(rc == want);
 	if (rc != want || (prefix && strncmp(err.msg, prefix, strlen(prefix))))
 		fprintf(stderr, "  %s: got %d '%s'\n", path, rc, err.msg);
 	if (prefix)
 		CHECK(strncmp(err.msg, prefix, strlen(prefix)) == 0);
-	if (dirfd >= 0)
-		close(dirfd);
+	us_dir_close(&srcdir);
 	us_sd_free(sd);
 }
 
@@ -139,7 +138,7 @@ static void test_view_bytes(void)
 	struct us_view *v = NULL;
 	struct us_err err = {0};
 	char path[4200], buf[512];
-	int dirfd = -1;
+	struct us_dir srcdir = US_DIR_NONE;
 	uint64_t hlen = 0;
 	cJSON *h, *e;
 
@@ -147,7 +146,7 @@ static void test_view_bytes(void)
 	CHECK(tmpdir_write_st(d, "m.safetensors", "{\"__metadata__\":{\"k\":\"v\"},"
 			      "\"b\":{\"dtype\":\"I8\",\"shape\":[3],\"data_offsets\":[0,3]},"
 			      "\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[3,19]}}", 19) == 0);
-	CHECK(us_source_open(path, NULL, &sd, &dirfd, &err) == US_OK);
+	CHECK(us_source_open(path, NULL, &sd, &srcdir, &err) == US_OK);
 	CHECK(sd && us_view_safetensors_new(sd, &v, &err) == US_OK);
 	if (!v)
 		goto out;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "file_fd.h"
 #include "harness.h"
 #include "source/source.h"
 #include "tie_evidence.h"
@@ -81,12 +82,11 @@ static struct us_statedict *open_sd(const char *d)
 	struct us_source_opts o = { .ties = US_TIES_OFF };
 	struct us_statedict *sd = NULL;
 	struct us_err err = {0};
-	int dirfd = -1;
+	struct us_dir srcdir = US_DIR_NONE;
 
 	snprintf(path, sizeof(path), "%s/m.safetensors", d);
-	CHECK(us_source_open(path, &o, &sd, &dirfd, &err) == US_OK);
-	if (dirfd >= 0)
-		close(dirfd);
+	CHECK(us_source_open(path, &o, &sd, &srcdir, &err) == US_OK);
+	us_dir_close(&srcdir);
 	return sd;
 }
 
@@ -110,7 +110,7 @@ static void detect(struct us_statedict *sd, const char *d,
 	free(sd->optim_json);
 	sd->optim_json = optim_json ? strdup(optim_json) : NULL;
 	sd->ties_as_copies = true;
-	CHECK(us_ties_detect(sd, mode, dirfd, false, &err) == US_OK);
+	CHECK(us_ties_detect(sd, mode, US_TEST_DIR(dirfd), false, &err) == US_OK);
 	close(dirfd);
 }
 
@@ -139,7 +139,7 @@ static void test_declared(void)
 	CHECK(sd->ntensors == 6); /* the alias became a tensor */
 	CHECK(get(sd, "alias")->tie_of == NULL); /* ties off */
 	/* declared only: the alias shares a's bytes; b is a separate copy */
-	CHECK(us_ties_detect(sd, US_TIES_DECLARED, -1, false, &err) == US_OK);
+	CHECK(us_ties_detect(sd, US_TIES_DECLARED, &US_DIR_NONE, false, &err) == US_OK);
 	CHECK(tied(sd, "a", "alias"));
 	CHECK(untied(sd, "b"));
 	CHECK(get(sd, "a")->nlinks == 2);

@@ -142,7 +142,7 @@ static void damaged(long keep, const char *from, const char *to,
 	unsigned char *buf;
 	size_t len = 0;
 	enum us_status rc;
-	int dirfd = -1;
+	struct us_dir srcdir = US_DIR_NONE;
 
 	snprintf(dir, sizeof(dir), "%s", d);
 	buf = fixture_slurp(fixture_path("torch/single_bin/pytorch_model.bin"), &len);
@@ -154,7 +154,7 @@ static void damaged(long keep, const char *from, const char *to,
 	CHECK(buf && tmpdir_write(dir, "pytorch_model.bin", buf, len) == 0);
 	free(buf);
 	snprintf(path, sizeof(path), "%s/pytorch_model.bin", dir);
-	rc = us_source_open(path, NULL, &sd, &dirfd, &err);
+	rc = us_source_open(path, NULL, &sd, &srcdir, &err);
 	CHECK(rc == want);
 	CHECK(sd == NULL);
 	CHECK(strncmp(err.msg, prefix, strlen(prefix)) == 0);

@@ -14,6 +14,7 @@
 
 #include "codec/crc32.h"
 #include "codec/zipw.h"
+#include "file_fd.h"
 #include "harness.h"
 #include "view_read.h"
 #include "source/source.h"
@@ -208,7 +209,7 @@ static const struct {
 struct opened {
 	struct us_statedict *sd;
 	struct us_view *v;
-	int dirfd;
+	struct us_dir srcdir;
 };
 
 static bool open_view(const char *path, struct opened *o)
@@ -216,8 +217,8 @@ static bool open_view(const char *path, struct opened *o)
 	struct us_err err = {0};
 
 	memset(o, 0, sizeof(*o));
-	o->dirfd = -1;
-	if (us_source_open(path, NULL, &o->sd, &o->dirfd, &err) != US_OK ||
+	o->srcdir = US_DIR_NONE;
+	if (us_source_open(path, NULL, &o->sd, &o->srcdir, &err) != US_OK ||
 	    us_view_torch_new(o->sd, &o->v, &err) != US_OK) {
 		fprintf(stderr, "  %s\n", err.msg);
 		return false;
@@ -229,8 +230,7 @@ static void close_view(struct opened *o)
 {
 	us_view_free(o->v);
 	us_sd_free(o->sd);
-	if (o->dirfd >= 0)
-		close(o->dirfd);
+	us_dir_close(&o->srcdir);
 }
 
 static char *read_all(const struct us_view *v)
@@ -348,19 +348,18 @@ static void test_refuses_f4(void)
 	struct us_view *v = NULL;
 	struct us_err err = {0};
 	char path[4200];
-	int dirfd = -1;
+	struct us_dir srcdir = US_DIR_NONE;
 	const char *want = "m.safetensors: tensor 'q' has dtype F4";
 
 	snprintf(path, sizeof(path), "%s/m.safetensors", d);
 	CHECK(tmpdir_write_st(d, "m.safetensors", "{"
 			      "\"p\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
 			      "\"q\":{\"dtype\":\"F4\",\"shape\":[2],\"data_offsets\":[4,5]}}", 5) == 0);
-	CHECK(us_source_open(path, NULL, &sd, &dirfd, &err) == US_OK);
+	CHECK(us_source_open(path, NULL, &sd, &srcdir, &err) == US_OK);
 	CHECK(sd && us_view_torch_new(sd, &v, &err) == US_E_UNSUPPORTED);
 	CHECK(v == NULL && strncmp(err.msg, want, strlen(want)) == 0);
 	us_sd_free(sd);
-	if (dirfd >= 0)
-		close(dirfd);
+	us_dir_close(&srcdir);
 	tmpdir_rm(d);
 }
 
@@ -388,7 +387,7 @@ static struct us_statedict *big_statedict(const char *dir)
 		close(fd);
 	dfd = open(dir, O_RDONLY | O_DIRECTORY);
 	ok = ok && sd && dfd >= 0 &&
-	     us_sd_open_file(sd, dfd, "big.bin", &f, &err) == US_OK &&
+	     us_sd_open_file(sd, US_TEST_DIR(dfd), "big.bin", &f, &err) == US_OK &&
 	     us_sd_add_whole_tensor(sd, "a", US_DT_F32, 1, s4, f, 0, &err) &&
 	     us_sd_add_whole_tensor(sd, "big", US_DT_U8, 1, sbig, f, 16, &err) &&
 	     us_sd_add_whole_tensor(sd, "c", US_DT_I16, 1, s7, f, 16 + BIG, &err) &&

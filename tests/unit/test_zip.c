@@ -13,6 +13,7 @@
 #include "arena.h"
 #include "codec/zip.h"
 #include "failmalloc.h"
+#include "file_fd.h"
 #include "harness.h"
 
 #define MAXREC 4
@@ -156,6 +157,7 @@ struct opened {
 	struct us_err err;
 	enum us_status st;
 	int fd;
+	struct us_file file; /* over fd, for us_zip_open */
 };
 
 /* us_zip_open of @z's bytes [@base, end) as they would be in a file. */
@@ -164,7 +166,7 @@ static void open_at(struct opened *o, const struct zbuf *z, size_t base)
 	us_arena_init(&o->a);
 	o->fd = memfd_of(z->b, z->n);
 	o->err.msg[0] = '\0';
-	o->st = us_zip_open(&o->zip, o->fd, base, z->n - base, &o->a, &o->err);
+	o->st = us_zip_open(&o->zip, us_test_file(&o->file, o->fd), base, z->n - base, &o->a, &o->err);
 }
 
 static void close_opened(struct opened *o)
@@ -373,12 +375,12 @@ static void test_io(void)
 	build2(&z);
 	us_arena_init(&o.a);
 	o.fd = memfd_of(z.b, z.n);
-	o.st = us_zip_open(&o.zip, o.fd, 0, z.n + 100, &o.a, &o.err);
+	o.st = us_zip_open(&o.zip, us_test_file(&o.file, o.fd), 0, z.n + 100, &o.a, &o.err);
 	CHECK(says(&o.err, o.st, US_E_IO, "cannot read its end record"));
 	close_opened(&o);
 
 	us_arena_init(&o.a);
-	o.st = us_zip_open(&o.zip, -1, 0, z.n, &o.a, &o.err);
+	o.st = us_zip_open(&o.zip, us_test_file(&o.file, -1), 0, z.n, &o.a, &o.err);
 	CHECK(says(&o.err, o.st, US_E_IO, "Bad file descriptor"));
 	us_arena_free(&o.a);
 
@@ -408,7 +410,7 @@ static void test_nomem(void)
 		us_arena_init(&o.a);
 		o.fd = memfd_of(z.b, z.n);
 		us_fail_after(n);
-		o.st = us_zip_open(&o.zip, o.fd, 0, z.n, &o.a, &o.err);
+		o.st = us_zip_open(&o.zip, us_test_file(&o.file, o.fd), 0, z.n, &o.a, &o.err);
 		e = o.st == US_OK ? us_zip_find(&o.zip, "data/0") : NULL;
 		if (e)
 			o.st = us_zip_data(&o.zip, e, &off, &o.err);

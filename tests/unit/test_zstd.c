@@ -18,6 +18,7 @@
 
 #include "codec/zframes.h"
 #include "codec/zstream.h"
+#include "file_fd.h"
 #include "harness.h"
 
 /* ---- building items ------------------------------------------------------ */
@@ -97,7 +98,9 @@ static enum us_status walk(const struct buf *b, struct us_zframes *zf,
 {
 	static struct us_err err;
 	int fd = memfd(b);
-	enum us_status rc = us_zframes_walk(fd, 0, b->n, zf, &err);
+	struct us_file f;
+	enum us_status rc = us_zframes_walk(us_test_file(&f, fd), 0, b->n, zf,
+					    &err);
 
 	*why = rc == US_OK ? NULL : err.msg;
 	close(fd);
@@ -109,7 +112,8 @@ static enum us_status walk(const struct buf *b, struct us_zframes *zf,
 static ssize_t decode(const struct buf *b, void *out, size_t cap)
 {
 	int fd = memfd(b);
-	struct us_zstream *z = us_zstream_open(fd, 0, b->n);
+	struct us_file f;
+	struct us_zstream *z = us_zstream_open(us_test_file(&f, fd), 0, b->n);
 	size_t got = 0;
 	enum us_status rc = us_zstream_read(z, out, cap, &got);
 	ssize_t n = rc == US_OK ? (ssize_t)got : rc == US_E_FORMAT ? -1 : -2;

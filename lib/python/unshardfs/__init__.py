@@ -162,8 +162,14 @@ def _read_staged(ld, plan, device, slot_bytes=None, nslots=None):
 
 
 def load(path, device="cpu", dtype=None, names=None, shard=None, *, options=None,
-         threads=0, staged=None, hugepages=False):
+         threads=0, staged=None, hugepages=False, endpoint_url=None, region=None,
+         profile=None, addressing=None, no_sign_request=False, cache_dir=None):
     """The state dict of PATH (a SOURCE or an unshardfs mount root) as {name: tensor}.
+
+    PATH may be a remote SOURCE (s3://BUCKET/PREFIX, an https:// URL): endpoint_url,
+    region, profile, addressing (auto, path, virtual), no_sign_request and cache_dir
+    are the daemon's options of the same names (credentials: as the AWS tools find
+    them). A mount of a remote SOURCE brings its own.
 
     device: where the tensors are made ("cpu", "cuda:0", ...). For a device other
         than the CPU the bytes travel as stored (a bf16 checkpoint crosses PCIe as
@@ -190,7 +196,11 @@ def load(path, device="cpu", dtype=None, names=None, shard=None, *, options=None
     import torch
     dev = torch.device(device)
     use_ring = dev.type != "cpu" if staged is None else staged
-    with Loader(path, options, threads, hugepages=hugepages and not use_ring) as ld:
+    remote = dict(endpoint_url=endpoint_url, region=region, profile=profile,
+                  addressing=addressing, no_sign_request=no_sign_request,
+                  cache_dir=cache_dir)
+    with Loader(path, options, threads, hugepages=hugepages and not use_ring,
+                **remote) as ld:
         return _load(ld, dev, dtype, names, shard, use_ring)
 
 

@@ -34,7 +34,20 @@ class Opts(ctypes.Structure):
                 ("ties", ctypes.c_char_p), ("deepspeed_weights", ctypes.c_char_p),
                 ("threads", ctypes.c_uint), ("cache_size", ctypes.c_uint64),
                 ("recipe", ctypes.c_char_p), ("overlay", ctypes.c_char_p),
-                ("hugepages", ctypes.c_bool)]
+                ("hugepages", ctypes.c_bool),
+                ("endpoint_url", ctypes.c_char_p), ("region", ctypes.c_char_p),
+                ("profile", ctypes.c_char_p), ("addressing", ctypes.c_char_p),
+                ("no_sign_request", ctypes.c_bool), ("cache_dir", ctypes.c_char_p),
+                ("block_size", ctypes.c_uint64), ("cache_dir_size", ctypes.c_uint64),
+                ("connections", ctypes.c_uint), ("retries", ctypes.c_uint),
+                ("timeout_s", ctypes.c_uint)]
+
+# A remote SOURCE's store (s3://, https://), as the daemon's options of the
+# same names: keyword arguments of Loader and load(); the counts (block_size,
+# cache_dir_size, connections, retries, timeout) also as options={...}.
+REMOTE_KEYS = ("endpoint_url", "region", "profile", "addressing", "no_sign_request",
+               "cache_dir")
+REMOTE_COUNTS = ("block_size", "cache_dir_size", "connections", "retries", "timeout")
 
 
 class _Tensor(ctypes.Structure):
@@ -130,10 +143,13 @@ class TensorInfo:
 class Loader:
     """One opened checkpoint (us_loader_open); a context manager."""
 
-    def __init__(self, path, options=None, threads=0, hugepages=False):
-        o = options or {}
+    def __init__(self, path, options=None, threads=0, hugepages=False, *,
+                 endpoint_url=None, region=None, profile=None, addressing=None,
+                 no_sign_request=False, cache_dir=None):
+        o = dict(options or {})
         unknown = set(o) - {"format", "no_unwrap", "strip_prefix", "dtype", "ties",
-                            "deepspeed_weights", "cache_size", "recipe", "overlay"}
+                            "deepspeed_weights", "cache_size", "recipe",
+                            "overlay"} - set(REMOTE_KEYS) - set(REMOTE_COUNTS)
         if unknown:
             raise TypeError(f"unshardfs: unknown options {sorted(unknown)}")
         strips = o.get("strip_prefix") or ()
@@ -145,11 +161,22 @@ class Loader:
         def s(key):
             v = o.get(key)
             return None if v is None else str(v).encode()
+
+        def kw(v, key):  # a keyword argument, else the options dict's
+            return s(key) if v is None else os.fsencode(str(v))
         opts = Opts(format=s("format"), no_unwrap=bool(o.get("no_unwrap")),
                     strip_prefix=self._strips, nstrip=len(strips), dtype=s("dtype"),
                     ties=s("ties"), deepspeed_weights=s("deepspeed_weights"),
                     threads=threads, cache_size=int(o.get("cache_size") or 0),
-                    recipe=s("recipe"), overlay=s("overlay"), hugepages=bool(hugepages))
+                    recipe=s("recipe"), overlay=s("overlay"), hugepages=bool(hugepages),
+                    endpoint_url=kw(endpoint_url, "endpoint_url"), region=kw(region, "region"),
+                    profile=kw(profile, "profile"), addressing=kw(addressing, "addressing"),
+                    no_sign_request=bool(no_sign_request or o.get("no_sign_request")),
+                    cache_dir=kw(cache_dir, "cache_dir"),
+                    block_size=int(o.get("block_size") or 0),
+                    cache_dir_size=int(o.get("cache_dir_size") or 0),
+                    connections=int(o.get("connections") or 0),
+                    retries=int(o.get("retries") or 0), timeout_s=int(o.get("timeout") or 0))
         self._lib = lib()
         self._h = ctypes.c_void_p()
         err = _Err()

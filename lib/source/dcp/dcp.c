@@ -42,7 +42,7 @@ struct dcp_item {
 
 struct dcp {
 	struct us_statedict *sd;
-	int dirfd;
+	const struct us_dir *dir;
 	const char *prefix;     /* "" or "pytorch_model_fsdp_0/" */
 	const char *metapath;   /* prefix + ".metadata", for messages */
 	struct us_arena arena;  /* the pickle and the item table */
@@ -335,7 +335,7 @@ static enum us_status open_item_file(struct dcp *d, const struct dcp_item *it,
 	    (int)sizeof(path))
 		return us_err_set(d->err, US_E_FORMAT, d->metapath,
 				  "storage path too long");
-	US_TRY(us_sd_open_file(d->sd, d->dirfd, path, file, d->err));
+	US_TRY(us_sd_open_file(d->sd, d->dir, path, file, d->err));
 	f = &d->sd->files[*file];
 	if (__builtin_add_overflow(it->offset, it->length, &end) ||
 	    end > (uint64_t)f->size)
@@ -349,14 +349,15 @@ static enum us_status open_item_file(struct dcp *d, const struct dcp_item *it,
 
 /* A stored item: its archive is parsed in place, offsets are the file's.
  * Failures leave a reason without a path in @why (item_extent adds it). */
-static enum us_status plain_item(int fd, const struct dcp_item *it,
+static enum us_status plain_item(const struct us_file *f,
+				 const struct dcp_item *it,
 				 struct us_arena *a, struct us_torch_tensor *tt,
 				 struct us_extent *x, struct us_err *why)
 {
 	struct us_torch_archive ta;
 	bool found;
 
-	US_TRY(us_torch_archive_open(&ta, fd, it->offset, it->length, a, why));
+	US_TRY(us_torch_archive_open(&ta, f, it->offset, it->length, a, why));
 	US_TRY(us_torch_match(ta.root, tt, &found, why));
 	if (!found)
 		return us_err_reason(why, US_E_FORMAT, "item is not a tensor");
@@ -372,13 +373,14 @@ static enum us_status plain_item(int fd, const struct dcp_item *it,
  * CRC (possible only for an item too long to be verified here), makes
  * reads of that tensor answer EIO, never other bytes.
  */
-static enum us_status zstd_item(int fd, const struct dcp_item *it,
+static enum us_status zstd_item(const struct us_file *f,
+				const struct dcp_item *it,
 				struct us_arena *a, struct us_torch_tensor *tt,
 				struct us_extent *x, struct us_err *why,
 				uint64_t *bad_at)
 {
 	struct us_dcp_zitem zi;
-	enum us_status st = us_dcp_zstd_item(fd, it->offset, it->length, a, &zi,
+	enum us_status st = us_dcp_zstd_item(f, it->offset, it->length, a, &zi,
 					     why);
 
 	if (st != US_OK) {
@@ -406,14 +408,14 @@ static enum us_status item_extent(struct dcp *d, const struct dcp_item *it,
 	int64_t *strides;
 	uint64_t bad_at = UINT64_MAX;
 	enum us_status rc = US_OK;
-	int fd;
+	const struct us_file *f;
 
 	US_TRY(check_transforms(d, it, &xf));
 	US_TRY(open_item_file(d, it, &file));
-	fd = d->sd->files[file].fd;
+	f = &d->sd->files[file];
 	us_arena_init(&a);
-	rc = xf == US_XF_ZSTD ? zstd_item(fd, it, &a, &tt, &c->src, &why, &bad_at)
-			      : plain_item(fd, it, &a, &tt, &c->src, &why);
+	rc = xf == US_XF_ZSTD ? zstd_item(f, it, &a, &tt, &c->src, &why, &bad_at)
+			      : plain_item(f, it, &a, &tt, &c->src, &why);
 	if (rc != US_OK) {
 		char at[96] = "";
 
@@ -537,7 +539,7 @@ static enum us_status load_metadata(struct dcp *d, const struct us_pk **root)
 	size_t used;
 	enum us_status st;
 
-	US_TRY(us_sd_open_file(d->sd, d->dirfd, d->metapath, &idx, d->err));
+	US_TRY(us_sd_open_file(d->sd, d->dir, d->metapath, &idx, d->err));
 	f = &d->sd->files[idx];
 	if ((uint64_t)f->size > MAX_METADATA)
 		return us_err_set(d->err, US_E_FORMAT, d->metapath,
@@ -545,7 +547,7 @@ static enum us_status load_metadata(struct dcp *d, const struct us_pk **root)
 	buf = malloc((size_t)f->size + 1);
 	if (!buf)
 		return us_err_set(d->err, US_E_NOMEM, d->metapath, "out of memory");
-	if (us_pread_exact(f->fd, buf, (size_t)f->size, 0) != US_OK) {
+	if (us_file_pread(f, buf, (size_t)f->size, 0) != US_OK) {
 		us_err_set(d->err, US_E_IO, d->metapath, "cannot read: %s",
 			   strerror(errno));
 		free(buf);
@@ -570,13 +572,13 @@ static enum us_status consume_dir(struct dcp *d)
 {
 	char **names, path[4096];
 	size_t n;
-	int sub = *d->prefix ? openat(d->dirfd, d->prefix, O_PATH | O_DIRECTORY | O_CLOEXEC)
-			     : d->dirfd;
+	struct us_dir sub;
 	enum us_status rc = US_OK;
 
-	if (sub < 0 || us_dirlist(sub, &names, &n) != US_OK) {
-		if (sub >= 0 && sub != d->dirfd)
-			close(sub);
+	if (us_dir_openat(d->dir, *d->prefix ? d->prefix : ".", &sub) < 0)
+		return us_err_set(d->err, US_E_IO, d->metapath, "cannot list");
+	if (us_dirlist(&sub, &names, &n) != US_OK) {
+		us_dir_close(&sub);
 		return us_err_set(d->err, US_E_IO, d->metapath, "cannot list");
 	}
 	for (size_t i = 0; rc == US_OK && i < n; i++) {
@@ -588,8 +590,7 @@ static enum us_status consume_dir(struct dcp *d)
 		rc = us_sd_consume(d->sd, path);
 	}
 	us_dirlist_free(names, n);
-	if (sub != d->dirfd)
-		close(sub);
+	us_dir_close(&sub);
 	return rc;
 }
 
@@ -626,15 +627,16 @@ static const char *optim_name(const struct dcp *d, const char *fqn)
 
 /* The Python object of a byte item: the data.pkl of its torch.save
  * archive, stored, or compressed (decoded whole, up to 16 MiB). */
-static enum us_status byte_item_root(int fd, const struct dcp_item *it,
+static enum us_status byte_item_root(const struct us_file *f,
+				     const struct dcp_item *it,
 				     enum us_transform xf, struct us_arena *a,
 				     struct us_pk **root, struct us_err *why)
 {
 	struct us_torch_archive ta;
 
 	if (xf == US_XF_ZSTD)
-		return us_dcp_zstd_value(fd, it->offset, it->length, a, root, why);
-	US_TRY(us_torch_archive_open(&ta, fd, it->offset, it->length, a, why));
+		return us_dcp_zstd_value(f, it->offset, it->length, a, root, why);
+	US_TRY(us_torch_archive_open(&ta, f, it->offset, it->length, a, why));
 	*root = ta.root;
 	return US_OK;
 }
@@ -674,7 +676,7 @@ static enum us_status byte_item_value(struct dcp *d, const char *fqn,
 		return us_err_set(err, US_E_NOMEM, d->metapath, "out of memory");
 	if (rc == US_OK) {
 		us_arena_init(&a);
-		rc = byte_item_root(d->sd->files[file].fd, it, xf, &a, &root,
+		rc = byte_item_root(&d->sd->files[file], it, xf, &a, &root,
 				    &ignored);
 		if (rc == US_OK && !(*out = us_pk_to_json_budget(root, d->json_budget)))
 			rc = US_E_NOMEM;
@@ -897,27 +899,28 @@ static enum us_status read_tensors(struct dcp *d, const struct us_pk *root)
 }
 
 /* Where the DCP directory is: SOURCE itself, or Accelerate's subdirectory. */
-static const char *dcp_prefix(int dirfd)
+static const char *dcp_prefix(const struct us_dir *dir)
 {
-	if (faccessat(dirfd, ".metadata", R_OK, 0) == 0)
+	if (us_dir_exists(dir, ".metadata"))
 		return "";
-	if (faccessat(dirfd, "pytorch_model_fsdp_0/.metadata", R_OK, 0) == 0)
+	if (us_dir_exists(dir, "pytorch_model_fsdp_0/.metadata"))
 		return "pytorch_model_fsdp_0/";
 	return NULL;
 }
 
-static bool dcp_probe(int dirfd, const char *file)
+static bool dcp_probe(const struct us_dir *dir, const char *file)
 {
-	return !file && dcp_prefix(dirfd) != NULL;
+	return !file && dcp_prefix(dir) != NULL;
 }
 
 /* One DCP directory (@prefix) of SOURCE: its .metadata and items. */
-static enum us_status read_dcp_dir(struct us_statedict *sd, int dirfd,
+static enum us_status read_dcp_dir(struct us_statedict *sd,
+				   const struct us_dir *dir,
 				   const char *prefix, bool optim_only,
 				   cJSON *optim_tree, size_t *json_budget,
 				   struct us_err *err)
 {
-	struct dcp d = { .sd = sd, .dirfd = dirfd, .prefix = prefix,
+	struct dcp d = { .sd = sd, .dir = dir, .prefix = prefix,
 			 .optim_only = optim_only, .optim_tree = optim_tree,
 			 .json_budget = json_budget, .err = err };
 	const struct us_pk *root = NULL;
@@ -1057,12 +1060,13 @@ static enum us_status finish_optim_json(struct us_statedict *sd, cJSON *tree,
 	return sd->optim_json ? US_OK : US_E_NOMEM;
 }
 
-static enum us_status dcp_read(struct us_statedict *sd, int dirfd,
+static enum us_status dcp_read(struct us_statedict *sd,
+			       const struct us_dir *dir,
 			       const char *file,
 			       const struct us_source_opts *opts,
 			       struct us_err *err)
 {
-	const char *prefix = file ? NULL : dcp_prefix(dirfd);
+	const char *prefix = file ? NULL : dcp_prefix(dir);
 	size_t budget = US_PK_JSON_BUDGET;
 	cJSON *tree = cJSON_CreateObject();
 	enum us_status rc;
@@ -1079,11 +1083,11 @@ static enum us_status dcp_read(struct us_statedict *sd, int dirfd,
 		cJSON_Delete(tree);
 		return us_err_set(err, US_E_NOMEM, ".", "out of memory");
 	}
-	rc = read_dcp_dir(sd, dirfd, prefix, false, tree, &budget, err);
+	rc = read_dcp_dir(sd, dir, prefix, false, tree, &budget, err);
 	/* Accelerate / HF Trainer keep the optimizer in its own DCP directory. */
 	if (rc == US_OK && *prefix &&
-	    faccessat(dirfd, "optimizer_0/.metadata", R_OK, 0) == 0)
-		rc = read_dcp_dir(sd, dirfd, "optimizer_0/", true, tree, &budget, err);
+	    us_dir_exists(dir, "optimizer_0/.metadata"))
+		rc = read_dcp_dir(sd, dir, "optimizer_0/", true, tree, &budget, err);
 	if (rc == US_OK && finish_optim_json(sd, tree, sd->names) != US_OK)
 		rc = us_err_set(err, US_E_NOMEM, ".", "out of memory");
 	cJSON_Delete(tree);

@@ -325,10 +325,11 @@ static enum us_status frames_hold(struct head *h, const struct us_zframes *zf,
 }
 
 /* The stream of the frames at [@off, @off + @len), for @h. */
-static enum us_status head_open(struct head *h, int fd, uint64_t off,
+static enum us_status head_open(struct head *h, const struct us_file *f,
+				uint64_t off,
 				uint64_t len)
 {
-	h->z = us_zstream_open(fd, off, len);
+	h->z = us_zstream_open(f, off, len);
 	return h->z ? US_OK : us_err_reason(h->err, US_E_NOMEM, "out of memory");
 }
 
@@ -338,7 +339,8 @@ static void head_close(struct head *h)
 	free(h->buf);
 }
 
-enum us_status us_dcp_zstd_item(int fd, uint64_t off, uint64_t len,
+enum us_status us_dcp_zstd_item(const struct us_file *f, uint64_t off,
+				uint64_t len,
 				struct us_arena *a, struct us_dcp_zitem *out,
 				struct us_err *err)
 {
@@ -350,12 +352,12 @@ enum us_status us_dcp_zstd_item(int fd, uint64_t off, uint64_t len,
 	out->bad_at = UINT64_MAX;
 	/* Every frame and block header first: structural damage anywhere in
 	 * the item is a refusal now, not EIO at read time (zframes.h). */
-	st = us_zframes_walk(fd, off, len, &zf, err);
+	st = us_zframes_walk(f, off, len, &zf, err);
 	if (st != US_OK) {
 		out->bad_at = zf.bad_at;
 		return st;
 	}
-	US_TRY(head_open(&h, fd, off, len));
+	US_TRY(head_open(&h, f, off, len));
 	st = walk(&h, a, out);
 	if (st == US_OK)
 		st = frames_hold(&h, &zf, out);
@@ -395,7 +397,8 @@ static enum us_status value_walk(struct head *h, struct us_arena *a,
 	return decode_to_end(h);
 }
 
-enum us_status us_dcp_zstd_value(int fd, uint64_t off, uint64_t len,
+enum us_status us_dcp_zstd_value(const struct us_file *f, uint64_t off,
+				 uint64_t len,
 				 struct us_arena *a, struct us_pk **root,
 				 struct us_err *err)
 {
@@ -403,8 +406,8 @@ enum us_status us_dcp_zstd_value(int fd, uint64_t off, uint64_t len,
 	struct us_zframes zf;
 	enum us_status st;
 
-	US_TRY(us_zframes_walk(fd, off, len, &zf, err));
-	US_TRY(head_open(&h, fd, off, len));
+	US_TRY(us_zframes_walk(f, off, len, &zf, err));
+	US_TRY(head_open(&h, f, off, len));
 	st = value_walk(&h, a, root);
 	head_close(&h);
 	return st;

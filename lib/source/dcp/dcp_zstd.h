@@ -43,14 +43,15 @@ struct us_dcp_zitem {
 };
 
 /*
- * us_dcp_zstd_item - parse the zstd item at [@off, @off + @len) of @fd
+ * us_dcp_zstd_item - parse the zstd item at [@off, @off + @len) of @f
  * (the pickle's values are allocated in @a).  US_OK with @out filled; else
  * @err holds a reason without a path (us_err_reason), of the kind found:
  * US_E_FORMAT when the item is corrupt, not a torch.save archive or holds
  * no tensor, US_E_UNSUPPORTED for a tensor that cannot be served, US_E_IO,
  * US_E_NOMEM.
  */
-enum us_status us_dcp_zstd_item(int fd, uint64_t off, uint64_t len,
+enum us_status us_dcp_zstd_item(const struct us_file *f, uint64_t off,
+				uint64_t len,
 				struct us_arena *a, struct us_dcp_zitem *out,
 				struct us_err *err);
 
@@ -61,7 +62,8 @@ enum us_status us_dcp_zstd_item(int fd, uint64_t off, uint64_t len,
  * US_DCP_ZSTD_HEAD_MAX bytes, and data.pkl, its first record, is loaded
  * into *@root (allocated in @a).  Fails as us_dcp_zstd_item does.
  */
-enum us_status us_dcp_zstd_value(int fd, uint64_t off, uint64_t len,
+enum us_status us_dcp_zstd_value(const struct us_file *f, uint64_t off,
+				 uint64_t len,
 				 struct us_arena *a, struct us_pk **root,
 				 struct us_err *err);
 

@@ -14,18 +14,20 @@
 #include "../../path.h"
 #include "ds_flat.h"
 
-/* Read the tag file @fd into @tag, stripped at both ends as DeepSpeed's
+/* Read the tag file @f into @tag, stripped at both ends as DeepSpeed's
  * open(latest).read().strip() does; false with @why when it is no tag. */
-static bool read_tag_text(int fd, char *tag, struct us_err *why)
+static bool read_tag_text(const struct us_file *f, char *tag,
+			  struct us_err *why)
 {
 	char buf[US_DS_TAG_MAX + 2];
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	size_t b = 0, e;
+	size_t n = sizeof(buf) - 1, b = 0, e;
 
-	if (n < 0)
+	if ((uint64_t)f->size < n)
+		n = (size_t)f->size;
+	if (us_file_pread(f, buf, n, 0) != US_OK)
 		return us_err_reason(why, US_E_IO, "cannot be read: %s",
 				     strerror(errno)), false;
-	e = (size_t)n;
+	e = n;
 	while (b < e && isspace((unsigned char)buf[b]))
 		b++;
 	while (e > b && isspace((unsigned char)buf[e - 1]))
@@ -51,7 +53,7 @@ static bool read_tag_text(int fd, char *tag, struct us_err *why)
 }
 
 /* @tag, which is text, must name a directory inside SOURCE. */
-static enum us_ds_tag check_tag_dir(int dirfd, const char *tag,
+static enum us_ds_tag check_tag_dir(const struct us_dir *dir, const char *tag,
 				    struct us_err *why)
 {
 	struct stat st;
@@ -62,7 +64,7 @@ static enum us_ds_tag check_tag_dir(int dirfd, const char *tag,
 	else if (!us_path_is_inside(tag))
 		us_err_reason(why, US_E_FORMAT, "names '%s', which climbs out "
 			      "of the checkpoint directory", tag);
-	else if (fstatat(dirfd, tag, &st, 0) < 0)
+	else if (us_dir_statat(dir, tag, &st, 0) < 0)
 		us_err_reason(why, US_E_FORMAT, "names '%s', which %s", tag,
 			      errno == ENOENT ? "is not there" : strerror(errno));
 	else if (!S_ISDIR(st.st_mode))
@@ -73,12 +75,13 @@ static enum us_ds_tag check_tag_dir(int dirfd, const char *tag,
 	return US_DS_TAG_BAD;
 }
 
-enum us_ds_tag us_ds_tag(int dirfd, const char *name, char *tag,
+enum us_ds_tag us_ds_tag(const struct us_dir *dir, const char *name, char *tag,
 			 struct us_err *why)
 {
+	struct us_file f;
 	struct stat st;
+	enum us_status rc;
 	bool ok;
-	int fd;
 
 	*tag = '\0';
 	if (why) {
@@ -89,29 +92,29 @@ enum us_ds_tag us_ds_tag(int dirfd, const char *name, char *tag,
 	 * A directory (or a link to one) is not: other tools keep a "latest"
 	 * link to their newest checkpoint folder, and DeepSpeed never makes
 	 * one, so it leaves the root to the other readers. */
-	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-	    (fstatat(dirfd, name, &st, 0) == 0 && S_ISDIR(st.st_mode)))
+	if (us_dir_statat(dir, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    (us_dir_statat(dir, name, &st, 0) == 0 && S_ISDIR(st.st_mode)))
 		return US_DS_TAG_ABSENT;
-	/* O_NONBLOCK: a FIFO named latest must not hang the mount */
-	fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	if (fd < 0) {
-		us_err_reason(why, US_E_IO, "cannot be opened: %s",
-			      strerror(errno));
-		return US_DS_TAG_BAD;
-	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
+	/* us_file_open: O_NONBLOCK, a FIFO named latest must not hang the
+	 * mount */
+	rc = us_file_open(dir, name, &f);
+	if (rc == US_E_FORMAT) {
 		us_err_reason(why, US_E_FORMAT, "is not a regular file: it "
 			      "should hold the checkpoint's tag (global_step<N>)");
 		return US_DS_TAG_BAD;
 	}
-	ok = read_tag_text(fd, tag, why);
-	close(fd);
+	if (rc != US_OK) {
+		us_err_reason(why, US_E_IO, "cannot be opened: %s",
+			      strerror(errno));
+		return US_DS_TAG_BAD;
+	}
+	ok = read_tag_text(&f, tag, why);
+	us_file_close(&f);
 	if (!ok) {
 		*tag = '\0';
 		return US_DS_TAG_BAD;
 	}
-	return check_tag_dir(dirfd, tag, why);
+	return check_tag_dir(dir, tag, why);
 }
 
 bool us_ds_model_states_name(const char *n)
@@ -190,15 +193,15 @@ int64_t us_ds_partition_count(const struct us_pk *p)
 	return m;
 }
 
-enum us_status us_ds_open(struct us_statedict *sd, int dirfd,
+enum us_status us_ds_open(struct us_statedict *sd, const struct us_dir *dir,
 			  struct us_ds_file *f, struct us_arena *a,
 			  struct us_err *err)
 {
 	struct us_err why;
 	enum us_status st;
 
-	US_TRY(us_sd_open_file(sd, dirfd, f->relpath, &f->file, err));
-	st = us_torch_archive_open(&f->ta, sd->files[f->file].fd, 0,
+	US_TRY(us_sd_open_file(sd, dir, f->relpath, &f->file, err));
+	st = us_torch_archive_open(&f->ta, &sd->files[f->file], 0,
 				   (uint64_t)sd->files[f->file].size, a, &why);
 	if (st != US_OK)
 		return us_err_set(err, st, f->relpath, "%s", why.msg);

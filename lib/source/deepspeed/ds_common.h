@@ -42,7 +42,7 @@ enum us_ds_tag {
 };
 
 /*
- * us_ds_tag - read the tag file @name under @dirfd as DeepSpeed does
+ * us_ds_tag - read the tag file @name under @dir as DeepSpeed does
  * (its text, stripped) into @tag (US_DS_TAG_MAX + 1 bytes).  For
  * US_DS_TAG_BAD, @why (may be NULL) holds what is wrong, without a path,
  * for a refusal naming @name, and its kind: US_E_IO when the file cannot
@@ -51,7 +51,7 @@ enum us_ds_tag {
  * file's bytes (a "latest" symlinked to /etc/passwd), and is described,
  * not printed.
  */
-enum us_ds_tag us_ds_tag(int dirfd, const char *name, char *tag,
+enum us_ds_tag us_ds_tag(const struct us_dir *dir, const char *name, char *tag,
 			 struct us_err *why);
 
 /* us_ds_model_states_name - "..._model_states.pt": a model states file
@@ -79,8 +79,8 @@ int us_ds_stage(const struct us_pk *p);
  * -1 if neither. */
 int64_t us_ds_partition_count(const struct us_pk *p);
 
-/* us_ds_open - open @f->relpath under @dirfd and parse its data.pkl. */
-enum us_status us_ds_open(struct us_statedict *sd, int dirfd,
+/* us_ds_open - open @f->relpath under @dir and parse its data.pkl. */
+enum us_status us_ds_open(struct us_statedict *sd, const struct us_dir *dir,
 			  struct us_ds_file *f, struct us_arena *a,
 			  struct us_err *err);
 

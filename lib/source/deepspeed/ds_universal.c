@@ -33,7 +33,7 @@
 
 struct uc {
 	struct us_statedict *sd;
-	int dirfd;
+	const struct us_dir *dir;
 	char prefix[US_DS_TAG_MAX + 2]; /* "<tag>/" or "" */
 	struct us_arena arena;
 	struct us_ds_file *model;       /* per rank (one unless ZeRO-3) */
@@ -50,25 +50,25 @@ struct uc {
 
 /* ---- finding the folder ------------------------------------------------------ */
 
-static bool is_universal(int dirfd)
+static bool is_universal(const struct us_dir *dir)
 {
-	return faccessat(dirfd, UC_OPTIM, F_OK, 0) == 0 &&
-	       us_dir_any(dirfd, us_ds_model_states_name);
+	return us_dir_exists(dir, UC_OPTIM) &&
+	       us_dir_any(dir, us_ds_model_states_name);
 }
 
-static bool uc_probe(int dirfd, const char *file)
+static bool uc_probe(const struct us_dir *dir, const char *file)
 {
 	char tag[US_DS_TAG_MAX + 1];
 
 	if (file)
 		return false;
-	if (is_universal(dirfd))
+	if (is_universal(dir))
 		return true;
 	/* a root with both: "latest" is what DeepSpeed loads by default.  A
 	 * root with only latest_universal is ours even when it or what it
 	 * names is broken: the refusal then says what is wrong. */
-	return us_ds_tag(dirfd, "latest", tag, NULL) == US_DS_TAG_ABSENT &&
-	       us_ds_tag(dirfd, "latest_universal", tag, NULL) !=
+	return us_ds_tag(dir, "latest", tag, NULL) == US_DS_TAG_ABSENT &&
+	       us_ds_tag(dir, "latest_universal", tag, NULL) !=
 	       US_DS_TAG_ABSENT;
 }
 
@@ -99,9 +99,9 @@ static enum us_status locate(struct uc *u)
 	char tag[US_DS_TAG_MAX + 1];
 	struct us_err why;
 
-	if (is_universal(u->dirfd))
+	if (is_universal(u->dir))
 		return US_OK;
-	switch (us_ds_tag(u->dirfd, "latest_universal", tag, &why)) {
+	switch (us_ds_tag(u->dir, "latest_universal", tag, &why)) {
 	case US_DS_TAG_ABSENT:
 		return us_err_set(u->err, US_E_FORMAT, ".", "no %s here, and "
 				  "no latest_universal naming a universal "
@@ -114,7 +114,7 @@ static enum us_status locate(struct uc *u)
 	}
 	snprintf(u->prefix, sizeof(u->prefix), "%s/", tag);
 	US_TRY(us_sd_consume(u->sd, "latest_universal"));
-	if (faccessat(u->dirfd, relpath(u, UC_OPTIM, ""), F_OK, 0) != 0)
+	if (!us_dir_exists(u->dir, relpath(u, UC_OPTIM, "")))
 		return us_err_set(u->err, US_E_FORMAT, relpath(u, UC_OPTIM, ""),
 				  "missing: not a universal checkpoint");
 	return US_OK;
@@ -165,22 +165,21 @@ static enum us_status classify(struct uc *u, const char *name)
 
 static enum us_status find_model(struct uc *u)
 {
-	int tdir = *u->prefix ? openat(u->dirfd, u->prefix, O_PATH | O_DIRECTORY |
-				       O_CLOEXEC) : dup(u->dirfd);
+	struct us_dir tdir = US_DIR_NONE;
 	enum us_status rc = US_OK;
 	char **names;
 	size_t n;
 
-	if (tdir < 0 || us_dirlist(tdir, &names, &n) != US_OK) {
-		if (tdir >= 0)
-			close(tdir);
+	if (us_dir_openat(u->dir, *u->prefix ? u->prefix : ".", &tdir) < 0 ||
+	    us_dirlist(&tdir, &names, &n) != US_OK) {
+		us_dir_close(&tdir);
 		return us_err_set(u->err, US_E_IO, *u->prefix ? u->prefix : ".",
 				  "cannot list it");
 	}
 	for (size_t i = 0; i < n && rc == US_OK; i++)
 		rc = classify(u, names[i]);
 	us_dirlist_free(names, n);
-	close(tdir);
+	us_dir_close(&tdir);
 	return rc;
 }
 
@@ -196,7 +195,7 @@ static enum us_status open_model(struct uc *u)
 					  "missing (model states files up to rank "
 					  "%u exist)", u->nmodel - 1);
 		}
-		US_TRY(us_ds_open(u->sd, u->dirfd, &u->model[r], &u->arena, u->err));
+		US_TRY(us_ds_open(u->sd, u->dir, &u->model[r], &u->arena, u->err));
 	}
 	u->ms = u->model[0].ta.root;
 	if (!us_pk_dict_get(u->ms, "param_shapes") ||
@@ -218,7 +217,7 @@ static enum us_status open_optim(struct uc *u)
 	u->optim.relpath = relpath(u, UC_OPTIM, "");
 	if (!u->optim.relpath)
 		return us_err_set(u->err, US_E_NOMEM, ".", "out of memory");
-	US_TRY(us_ds_open(u->sd, u->dirfd, &u->optim, &u->arena, u->err));
+	US_TRY(us_ds_open(u->sd, u->dir, &u->optim, &u->arena, u->err));
 	root = u->optim.ta.root;
 	stage = us_ds_stage(us_pk_dict_get(root, "zero_stage"));
 	if (stage < 1 || stage > 3 || (stage == 3) != u->z3)
@@ -305,12 +304,12 @@ static enum us_status add_state(struct uc *u, struct us_statedict *dst,
 	f.relpath = state_path(u, p->name, file);
 	if (!f.relpath)
 		return us_err_set(u->err, US_E_NOMEM, ".", "out of memory");
-	if (faccessat(u->dirfd, f.relpath, F_OK, 0) != 0)
+	if (!us_dir_exists(u->dir, f.relpath))
 		return required ? us_err_set(u->err, US_E_FORMAT, f.relpath,
 					     "missing (param_shapes lists '%s')",
 					     p->name) : US_OK;
 	*found = true;
-	US_TRY(us_ds_open(u->sd, u->dirfd, &f, &u->arena, u->err));
+	US_TRY(us_ds_open(u->sd, u->dir, &f, &u->arena, u->err));
 	US_TRY(state_tensor(u, &f, p->numel, &tt, &off));
 	/* one contiguous run: the parameter's own shape, row-major (the
 	 * optimizer child has no files of its own: no us_sd_add_whole_tensor) */
@@ -415,18 +414,22 @@ static enum us_status consume_zero(struct uc *u)
 {
 	char *zero = relpath(u, "zero", ""), **names = NULL, **inner;
 	size_t n = 0, m;
-	int zfd = zero ? openat(u->dirfd, zero, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
+	struct us_dir zdir = US_DIR_NONE;
 	enum us_status rc = US_OK;
 
-	if (zfd < 0 || us_dirlist(zfd, &names, &n) != US_OK)
+	if (!zero || us_dir_openat(u->dir, zero, &zdir) < 0 ||
+	    us_dirlist(&zdir, &names, &n) != US_OK)
 		n = 0;
 	for (size_t i = 0; i < n && rc == US_OK; i++) {
-		int pfd = openat(zfd, names[i], O_PATH | O_DIRECTORY | O_CLOEXEC |
-				 O_NOFOLLOW);
+		struct us_dir pdir = US_DIR_NONE;
+		struct stat st;
 
-		if (pfd < 0 || us_dirlist(pfd, &inner, &m) != US_OK) {
-			if (pfd >= 0)
-				close(pfd);
+		/* a symlink to a directory is not a parameter's folder */
+		if (us_dir_statat(&zdir, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISDIR(st.st_mode) ||
+		    us_dir_openat(&zdir, names[i], &pdir) < 0 ||
+		    us_dirlist(&pdir, &inner, &m) != US_OK) {
+			us_dir_close(&pdir);
 			continue;
 		}
 		for (size_t j = 0; j < m && rc == US_OK; j++) {
@@ -435,12 +438,11 @@ static enum us_status consume_zero(struct uc *u)
 			rc = rp ? us_sd_consume(u->sd, rp) : US_E_NOMEM;
 		}
 		us_dirlist_free(inner, m);
-		close(pfd);
+		us_dir_close(&pdir);
 	}
 	if (names)
 		us_dirlist_free(names, n);
-	if (zfd >= 0)
-		close(zfd);
+	us_dir_close(&zdir);
 	return rc == US_OK ? US_OK : us_err_set(u->err, rc, ".", "out of memory");
 }
 
@@ -470,11 +472,11 @@ static enum us_status uc_read_all(struct uc *u)
 	return consume_zero(u);
 }
 
-static enum us_status uc_read(struct us_statedict *sd, int dirfd,
+static enum us_status uc_read(struct us_statedict *sd, const struct us_dir *dir,
 			      const char *file, const struct us_source_opts *opts,
 			      struct us_err *err)
 {
-	struct uc u = { .sd = sd, .dirfd = dirfd, .err = err,
+	struct uc u = { .sd = sd, .dir = dir, .err = err,
 			.module_weights = opts &&
 					  opts->ds_weights == US_DS_WEIGHTS_MODULE };
 	enum us_status rc;

@@ -35,7 +35,7 @@
 
 struct ds {
 	struct us_statedict *sd;
-	int dirfd;
+	const struct us_dir *dir;
 	char prefix[DS_TAG_MAX + 2]; /* "<tag>/" or "" */
 	char where[DS_TAG_MAX + 2];  /* "<tag>" or ".": for messages */
 	struct us_arena arena;
@@ -53,9 +53,9 @@ struct ds {
 
 /* ---- finding the files ---------------------------------------------------- */
 
-static bool has_model_states(int dirfd)
+static bool has_model_states(const struct us_dir *dir)
 {
-	return us_dir_any(dirfd, us_ds_model_states_name);
+	return us_dir_any(dir, us_ds_model_states_name);
 }
 
 static bool is_safetensors(const char *name)
@@ -70,17 +70,17 @@ static bool is_global_step(const char *name)
 	return !strncmp(name, "global_step", 11);
 }
 
-static bool ds_probe(int dirfd, const char *file)
+static bool ds_probe(const struct us_dir *dir, const char *file)
 {
 	char tag[DS_TAG_MAX + 1];
+	struct us_dir d;
 	bool yes;
-	int d;
 
 	if (file)
 		return false;
-	if (has_model_states(dirfd))
+	if (has_model_states(dir))
 		return true;
-	switch (us_ds_tag(dirfd, "latest", tag, NULL)) {
+	switch (us_ds_tag(dir, "latest", tag, NULL)) {
 	case US_DS_TAG_ABSENT:
 		return false;
 	case US_DS_TAG_BAD:
@@ -89,15 +89,14 @@ static bool ds_probe(int dirfd, const char *file)
 		 * unless safetensors files are there (tag directories pruned
 		 * from an HF Trainer checkpoint: its model.safetensors is the
 		 * model) */
-		return !us_dir_any(dirfd, is_safetensors);
+		return !us_dir_any(dir, is_safetensors);
 	case US_DS_TAG_DIR:
 		break;
 	}
-	d = openat(dirfd, tag, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (d < 0)
+	if (us_dir_openat(dir, tag, &d) < 0)
 		return false;
-	yes = has_model_states(d);
-	close(d);
+	yes = has_model_states(&d);
+	us_dir_close(&d);
 	return yes;
 }
 
@@ -169,20 +168,19 @@ static enum us_status find_files(struct ds *d)
 	char **names;
 	size_t n;
 	enum us_status rc = US_OK;
-	int tdir = *d->prefix ? openat(d->dirfd, d->prefix, O_PATH | O_DIRECTORY |
-				       O_CLOEXEC) : dup(d->dirfd);
+	struct us_dir tdir;
 
-	if (tdir < 0)
+	if (us_dir_openat(d->dir, *d->prefix ? d->prefix : ".", &tdir) < 0)
 		return us_err_set(d->err, US_E_FORMAT, "latest",
 				  "names a missing directory '%s'", d->where);
-	if (us_dirlist(tdir, &names, &n) != US_OK) {
-		close(tdir);
+	if (us_dirlist(&tdir, &names, &n) != US_OK) {
+		us_dir_close(&tdir);
 		return us_err_set(d->err, US_E_IO, d->where, "cannot list it");
 	}
 	for (size_t i = 0; i < n && rc == US_OK; i++)
 		rc = classify(d, names[i]);
 	us_dirlist_free(names, n);
-	close(tdir);
+	us_dir_close(&tdir);
 	if (rc == US_OK && !d->world)
 		rc = us_err_set(d->err, US_E_FORMAT, d->where,
 				"no *_optim_states.pt file: the fp32 weights "
@@ -245,7 +243,7 @@ static enum us_status open_optim(struct ds *d)
 							"optim_states.pt"),
 					  "missing (rank files up to %u exist)",
 					  d->world - 1);
-		US_TRY(us_ds_open(d->sd, d->dirfd, f, &d->arena, d->err));
+		US_TRY(us_ds_open(d->sd, d->dir, f, &d->arena, d->err));
 		d->osd[r] = us_pk_dict_get(f->ta.root, "optimizer_state_dict");
 		if (!us_pk_is_dictlike(d->osd[r]))
 			return us_err_set(d->err, US_E_FORMAT, f->relpath,
@@ -290,7 +288,7 @@ static enum us_status open_model(struct ds *d)
 					  expected_name(d, NULL, 0, r,
 							"model_states.pt"),
 					  "missing");
-		US_TRY(us_ds_open(d->sd, d->dirfd, &d->model[r], &d->arena, d->err));
+		US_TRY(us_ds_open(d->sd, d->dir, &d->model[r], &d->arena, d->err));
 	}
 	d->ms = d->model[0].ta.root;
 	if (!us_pk_dict_get(d->ms, "param_shapes") ||
@@ -606,10 +604,10 @@ static enum us_status ds_read_all(struct ds *d)
 	struct us_err why;
 
 	strcpy(d->where, ".");
-	if (!has_model_states(d->dirfd)) {
-		switch (us_ds_tag(d->dirfd, "latest", tag, &why)) {
+	if (!has_model_states(d->dir)) {
+		switch (us_ds_tag(d->dir, "latest", tag, &why)) {
 		case US_DS_TAG_ABSENT:
-			if (!us_dir_any(d->dirfd, is_global_step))
+			if (!us_dir_any(d->dir, is_global_step))
 				return us_err_set(d->err, US_E_FORMAT, ".",
 						  "no DeepSpeed checkpoint here "
 						  "(no latest file, no "
@@ -645,11 +643,11 @@ static enum us_status ds_read_all(struct ds *d)
 	return us_ds_add_ties(d->sd, d->ms, d->err);
 }
 
-static enum us_status ds_read(struct us_statedict *sd, int dirfd,
+static enum us_status ds_read(struct us_statedict *sd, const struct us_dir *dir,
 			      const char *file, const struct us_source_opts *opts,
 			      struct us_err *err)
 {
-	struct ds d = { .sd = sd, .dirfd = dirfd, .err = err,
+	struct ds d = { .sd = sd, .dir = dir, .err = err,
 			.module_weights = opts && opts->ds_weights == US_DS_WEIGHTS_MODULE };
 	enum us_status rc;
 

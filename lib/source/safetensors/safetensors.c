@@ -45,7 +45,7 @@ static enum us_status st_read_header(const struct us_file *f, cJSON **root,
 	if (f->size < 8)
 		return us_err_set(err, US_E_FORMAT, f->relpath,
 				  "not a safetensors file: shorter than 8 bytes");
-	if (us_pread_exact(f->fd, len8, 8, 0) != US_OK)
+	if (us_file_pread(f, len8, 8, 0) != US_OK)
 		return us_err_set(err, US_E_IO, f->relpath, "cannot read: %s",
 				  strerror(errno));
 	for (int i = 7; i >= 0; i--)
@@ -67,7 +67,7 @@ static enum us_status st_read_header(const struct us_file *f, cJSON **root,
 	hdr = malloc(n ? n : 1);
 	if (!hdr)
 		return us_err_set(err, US_E_NOMEM, f->relpath, "out of memory");
-	if (us_pread_exact(f->fd, hdr, n, 8) != US_OK) {
+	if (us_file_pread(f, hdr, n, 8) != US_OK) {
 		us_err_set(err, US_E_IO, f->relpath, "cannot read: %s",
 			   strerror(errno));
 		free(hdr);
@@ -244,7 +244,8 @@ static enum us_status st_add_chunks(struct us_statedict *sd, uint32_t file,
 	return rc;
 }
 
-static enum us_status st_read_file(struct us_statedict *sd, int dirfd,
+static enum us_status st_read_file(struct us_statedict *sd,
+				   const struct us_dir *dir,
 				   const char *relpath,
 				   struct us_st_pieces *pieces,
 				   struct us_err *err)
@@ -257,7 +258,7 @@ static enum us_status st_read_file(struct us_statedict *sd, int dirfd,
 	uint32_t file;
 	enum us_status rc;
 
-	US_TRY(us_sd_open_file(sd, dirfd, relpath, &file, err));
+	US_TRY(us_sd_open_file(sd, dir, relpath, &file, err));
 	rc = st_read_header(&sd->files[file], &root, &data_start, err);
 	if (rc != US_OK)
 		return rc;
@@ -290,10 +291,11 @@ out:
 	return rc;
 }
 
-static enum us_status st_read_one(struct us_statedict *sd, int dirfd,
+static enum us_status st_read_one(struct us_statedict *sd,
+				  const struct us_dir *dir,
 				  const char *relpath, struct us_err *err)
 {
-	return st_read_file(sd, dirfd, relpath, NULL, err);
+	return st_read_file(sd, dir, relpath, NULL, err);
 }
 
 /* ---- directory ----------------------------------------------------------- */
@@ -310,7 +312,8 @@ static bool has_name(char **names, size_t n, const char *name)
  * several files, or one DCP save's per-rank shards, whose chunks of a name
  * make one tensor (st_dcp.h).  A lone file stays visible too unless it is
  * the view's own name (us_sd_unconsume says why). */
-static enum us_status st_read_all(struct us_statedict *sd, int dirfd,
+static enum us_status st_read_all(struct us_statedict *sd,
+				  const struct us_dir *dir,
 				  char **names, size_t n, struct us_err *err)
 {
 	struct us_st_pieces *pieces = us_st_pieces_new();
@@ -323,7 +326,7 @@ static enum us_status st_read_all(struct us_statedict *sd, int dirfd,
 	for (size_t i = 0; rc == US_OK && i < n; i++) {
 		if (!us_path_has_suffix(names[i], ST_SUFFIX))
 			continue;
-		rc = st_read_file(sd, dirfd, names[i], pieces, err);
+		rc = st_read_file(sd, dir, names[i], pieces, err);
 		last = names[i];
 		read++;
 	}
@@ -343,7 +346,8 @@ static enum us_status st_read_all(struct us_statedict *sd, int dirfd,
  * directory -- a stale index and its shards, an adapter -- passes
  * through), else the index, else every *.safetensors file.
  */
-static enum us_status st_read_dir(struct us_statedict *sd, int dirfd,
+static enum us_status st_read_dir(struct us_statedict *sd,
+				  const struct us_dir *dir,
 				  struct us_err *err)
 {
 	const char *index;
@@ -351,18 +355,18 @@ static enum us_status st_read_dir(struct us_statedict *sd, int dirfd,
 	size_t n;
 	enum us_status rc;
 
-	if (us_dirlist(dirfd, &names, &n) != US_OK)
+	if (us_dirlist(dir, &names, &n) != US_OK)
 		return us_err_set(err, US_E_IO, ".", "cannot list the directory");
 	if (has_name(names, n, "model" ST_SUFFIX)) {
-		rc = st_read_one(sd, dirfd, "model" ST_SUFFIX, err);
+		rc = st_read_one(sd, dir, "model" ST_SUFFIX, err);
 		goto out;
 	}
 	rc = us_index_find(names, n, "model" ST_INDEX_SUFFIX, ST_INDEX_SUFFIX,
 			   &index, err);
 	if (rc == US_OK && index)
-		rc = us_index_read(sd, dirfd, index, st_read_one, err);
+		rc = us_index_read(sd, dir, index, st_read_one, err);
 	else if (rc == US_OK)
-		rc = st_read_all(sd, dirfd, names, n, err);
+		rc = st_read_all(sd, dir, names, n, err);
 out:
 	us_dirlist_free(names, n);
 	return rc;
@@ -374,14 +378,14 @@ static bool st_dir_entry(const char *name)
 	       us_path_has_suffix(name, ST_INDEX_SUFFIX);
 }
 
-static bool st_probe(int dirfd, const char *file)
+static bool st_probe(const struct us_dir *dir, const char *file)
 {
 	if (file)
 		return us_path_has_suffix(file, ST_SUFFIX);
-	return us_dir_any(dirfd, st_dir_entry);
+	return us_dir_any(dir, st_dir_entry);
 }
 
-static enum us_status st_read(struct us_statedict *sd, int dirfd,
+static enum us_status st_read(struct us_statedict *sd, const struct us_dir *dir,
 			      const char *file,
 			      const struct us_source_opts *opts,
 			      struct us_err *err)
@@ -389,8 +393,8 @@ static enum us_status st_read(struct us_statedict *sd, int dirfd,
 	(void)opts; /* no format options */
 	sd->format = "safetensors";
 	if (file)
-		return st_read_one(sd, dirfd, file, err);
-	return st_read_dir(sd, dirfd, err);
+		return st_read_one(sd, dir, file, err);
+	return st_read_dir(sd, dir, err);
 }
 
 const struct us_reader us_reader_safetensors = {

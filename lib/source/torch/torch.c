@@ -429,7 +429,8 @@ static bool has_storages(const struct us_zip *z)
 	return false;
 }
 
-static enum us_status torch_read_file(struct us_statedict *sd, int dirfd,
+static enum us_status torch_read_file(struct us_statedict *sd,
+				      const struct us_dir *dir,
 				      const char *relpath, struct us_err *err)
 {
 	struct us_torch_archive ta;
@@ -441,10 +442,10 @@ static enum us_status torch_read_file(struct us_statedict *sd, int dirfd,
 	size_t before;
 	enum us_status rc;
 
-	US_TRY(us_sd_open_file(sd, dirfd, relpath, &w.file, err));
+	US_TRY(us_sd_open_file(sd, dir, relpath, &w.file, err));
 	us_arena_init(&arena);
 	us_sbuf_init(&name);
-	rc = us_torch_archive_open(&ta, sd->files[w.file].fd, 0,
+	rc = us_torch_archive_open(&ta, &sd->files[w.file], 0,
 				   (uint64_t)sd->files[w.file].size, &arena,
 				   &w.why);
 	if (rc != US_OK) {
@@ -470,24 +471,26 @@ out:
 }
 
 /* torch.save archives are zips; before torch 1.6 they were bare pickles. */
-static enum us_status torch_read_checked(struct us_statedict *sd, int dirfd,
+static enum us_status torch_read_checked(struct us_statedict *sd,
+					 const struct us_dir *dir,
 					 const char *relpath, struct us_err *err)
 {
 	unsigned char magic[4] = {0};
-	/* O_NONBLOCK: never block on a FIFO (us_sd_open_file refuses it). */
-	int fd = openat(dirfd, relpath, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	struct us_file f;
 
-	if (fd >= 0) {
-		enum us_status rc = us_pread_exact(fd, magic, 4, 0);
+	/* Anything that does not open as a regular file (a FIFO included:
+	 * never blocked on) is refused by us_sd_open_file below. */
+	if (us_file_open(dir, relpath, &f) == US_OK) {
+		enum us_status rc = us_file_pread(&f, magic, 4, 0);
 
-		close(fd);
+		us_file_close(&f);
 		if (rc == US_OK && memcmp(magic, "PK\x03\x04", 4) != 0)
 			return us_err_set(err, US_E_UNSUPPORTED, relpath,
 					  "not a zip: the legacy (torch < 1.6) "
 					  "torch.save format is not supported; "
 					  "re-save it with a current torch");
 	}
-	return torch_read_file(sd, dirfd, relpath, err);
+	return torch_read_file(sd, dir, relpath, err);
 }
 
 static bool is_torch_name(const char *n)
@@ -525,7 +528,8 @@ static enum us_status pick_single(char **names, size_t n, const char **pick,
 		     : us_err_set(err, US_E_FORMAT, ".", "no torch.save file");
 }
 
-static enum us_status torch_read_dir(struct us_statedict *sd, int dirfd,
+static enum us_status torch_read_dir(struct us_statedict *sd,
+				     const struct us_dir *dir,
 				     struct us_err *err)
 {
 	const char *index = NULL, *pick = NULL;
@@ -533,7 +537,7 @@ static enum us_status torch_read_dir(struct us_statedict *sd, int dirfd,
 	size_t n;
 	enum us_status rc;
 
-	if (us_dirlist(dirfd, &names, &n) != US_OK)
+	if (us_dirlist(dir, &names, &n) != US_OK)
 		return us_err_set(err, US_E_IO, ".", "cannot list the directory");
 	/* transformers' order: pytorch_model.bin, then the index */
 	for (size_t i = 0; i < n && !pick; i++)
@@ -542,9 +546,9 @@ static enum us_status torch_read_dir(struct us_statedict *sd, int dirfd,
 	rc = pick ? US_OK : us_index_find(names, n, "pytorch_model" TORCH_INDEX_SUFFIX,
 					  TORCH_INDEX_SUFFIX, &index, err);
 	if (rc == US_OK && index) {
-		rc = us_index_read(sd, dirfd, index, torch_read_checked, err);
+		rc = us_index_read(sd, dir, index, torch_read_checked, err);
 	} else if (rc == US_OK && (pick || (rc = pick_single(names, n, &pick, err)) == US_OK)) {
-		rc = torch_read_checked(sd, dirfd, pick, err);
+		rc = torch_read_checked(sd, dir, pick, err);
 		/* a lone file under another name stays visible (model.h) */
 		if (rc == US_OK && strcmp(pick, "pytorch_model.bin") != 0)
 			us_sd_unconsume(sd, pick);
@@ -558,14 +562,15 @@ static bool torch_dir_entry(const char *name)
 	return is_torch_name(name) || us_path_has_suffix(name, TORCH_INDEX_SUFFIX);
 }
 
-static bool torch_probe(int dirfd, const char *file)
+static bool torch_probe(const struct us_dir *dir, const char *file)
 {
 	if (file)
 		return is_torch_name(file);
-	return us_dir_any(dirfd, torch_dir_entry);
+	return us_dir_any(dir, torch_dir_entry);
 }
 
-static enum us_status torch_read(struct us_statedict *sd, int dirfd,
+static enum us_status torch_read(struct us_statedict *sd,
+				 const struct us_dir *dir,
 				 const char *file,
 				 const struct us_source_opts *opts,
 				 struct us_err *err)
@@ -573,8 +578,8 @@ static enum us_status torch_read(struct us_statedict *sd, int dirfd,
 	(void)opts; /* no format options */
 	sd->format = "torch";
 	if (file)
-		return torch_read_checked(sd, dirfd, file, err);
-	return torch_read_dir(sd, dirfd, err);
+		return torch_read_checked(sd, dir, file, err);
+	return torch_read_dir(sd, dir, err);
 }
 
 const struct us_reader us_reader_torch = {
