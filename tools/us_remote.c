@@ -9,7 +9,8 @@
  * virtual --no-sign-request --block-size=N --cache-bytes=N --cache-dir=D
  * --cache-dir-size=N --connections=N --retries=N --timeout=S --chunk=N
  * (cat's read size; default 1 MiB) --threads=N (cat reads chunks from N
- * threads at once).  The counters (us_remote_stats) go to stderr at exit.
+ * threads at once), --pause (after open, say "opened" on stderr and wait
+ * for a line on stdin: a test changes the store meanwhile).  The counters (us_remote_stats) go to stderr at exit.
  * Exit: 0 done, 1 usage, 2 the store refused or failed.
  */
 #include <errno.h>
@@ -26,6 +27,7 @@ struct cli {
 	struct us_remote_opts o;
 	size_t chunk;
 	unsigned threads;
+	bool pause;
 };
 
 static int usage(void)
@@ -58,6 +60,8 @@ static bool option(struct cli *c, const char *a)
 #define IS(name) (n == strlen(name) && strncmp(a, name, n) == 0)
 	if (IS("--no-sign-request") && !v)
 		return c->o.no_sign = true;
+	if (IS("--pause") && !v)
+		return c->pause = true;
 	if (!v)
 		return false;
 	if (IS("--endpoint-url"))
@@ -215,6 +219,12 @@ int main(int argc, char **argv)
 	if (us_remote_open(url, &c.o, &r, &err) != 0) {
 		fprintf(stderr, "us-remote: %s\n", err.msg);
 		return err.status == US_E_USAGE ? 1 : 2;
+	}
+	if (c.pause) {
+		char line[16];
+		fprintf(stderr, "opened\n");
+		if (!fgets(line, sizeof(line), stdin))
+			line[0] = '\0';
 	}
 	if (ls) {
 		rc = do_ls(r);

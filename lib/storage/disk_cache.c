@@ -42,7 +42,8 @@ static bool is_block_name(const char *n)
 /* Sum the blocks' sizes; remove temporaries a crash left. */
 static uint64_t scan_held(struct us_dcache *d)
 {
-	int fd = dup(d->dfd);
+	/* Not dup(): a dup shares the directory offset with d->dfd. */
+	int fd = openat(d->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
 	struct dirent *e;
 	uint64_t sum = 0;
@@ -206,7 +207,8 @@ static int aged_cmp(const void *a, const void *b)
  * every put scans).  Called with d->mu held. */
 static void evict(struct us_dcache *d)
 {
-	int fd = dup(d->dfd);
+	/* Not dup(): a dup shares the directory offset with d->dfd. */
+	int fd = openat(d->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
 	struct aged *v = NULL;
 	size_t n = 0, cap = 0;
