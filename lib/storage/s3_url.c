@@ -126,11 +126,11 @@ enum us_status us_s3_parse(const char *url, struct us_s3_loc *loc,
 	if (!loc->bucket || !loc->prefix)
 		goto nomem;
 	plen = strlen(loc->prefix);
-	if (plen && loc->prefix[plen - 1] == '/') {
-		loc->dir_slash = true;
+	loc->dir_slash = slash && (plen == 0 || loc->prefix[plen - 1] == '/');
+	if (plen && loc->prefix[plen - 1] == '/')
 		loc->prefix[--plen] = '\0';
-	}
-	if (plen > US_RM_MAX_KEY)
+	/* "s3://b//" left "/" and then "": an empty component too. */
+	if (plen > US_RM_MAX_KEY || (plen == 0 && slash && slash[1]))
 		goto bad_prefix;
 	if (plen && !us_rel_key_ok(loc->prefix))
 		goto bad_prefix;
