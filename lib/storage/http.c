@@ -273,8 +273,9 @@ static void sleep_ms(unsigned ms)
 		;
 }
 
-/* The path and query of @url ("scheme://hostport/path?query"). */
-static void split_url(const char *url, char *host, size_t hn, char *path,
+/* The host, path and query of @url ("scheme://hostport/path?query");
+ * false when one does not fit. */
+static bool split_url(const char *url, char *host, size_t hn, char *path,
 		      size_t pn, const char **query)
 {
 	const char *h = strstr(url, "://");
@@ -284,22 +285,29 @@ static void split_url(const char *url, char *host, size_t hn, char *path,
 	p = strchr(h, '/');
 	if (!p)
 		p = h + strlen(h);
-	snprintf(host, hn, "%.*s", (int)(p - h), h);
 	q = strchr(p, '?');
-	snprintf(path, pn, "%.*s", (int)(q ? q - p : (long)strlen(p)),
-		 *p ? p : "/");
+	size_t pl = q ? (size_t)(q - p) : strlen(p);
+	if ((size_t)(p - h) >= hn || pl + 2 > pn)
+		return false;
+	snprintf(host, hn, "%.*s", (int)(p - h), h);
+	snprintf(path, pn, "%.*s", (int)pl, p);
+	if (!pl)
+		strcpy(path, "/");
 	*query = q ? q + 1 : NULL;
+	return true;
 }
 
 static bool sign(struct us_http *h, const struct us_http_req *q,
 		 struct curl_slist **hl)
 {
-	char host[512], path[4096], hosthdr[600];
+	char host[512], path[8192], hosthdr[600];
 	struct us_sigv4_out out;
 	struct us_sigv4_in in = { 0 };
 	struct curl_slist *t;
 
-	split_url(q->url, host, sizeof(host), path, sizeof(path), &in.query);
+	if (!split_url(q->url, host, sizeof(host), path, sizeof(path),
+		       &in.query))
+		return false;
 	in.method = q->method;
 	in.hostport = host;
 	in.path = path;

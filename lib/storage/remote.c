@@ -318,6 +318,19 @@ static int obj_cmp(const void *a, const void *b)
 
 /* ------------------------------------------------------------- open/free */
 
+/* A store cannot list one key twice; a broken one could (and then
+ * us_remote_find would pick either). */
+static enum us_status check_unique(const struct us_remote *r,
+				   struct us_err *err)
+{
+	for (size_t i = 1; i < r->list.n; i++)
+		if (strcmp(r->list.o[i - 1].pub.key, r->list.o[i].pub.key) == 0)
+			return us_err_set(err, US_E_IO, r->url,
+					  "the listing names %s twice",
+					  r->list.o[i].pub.key);
+	return US_OK;
+}
+
 static enum us_status normalise_url(struct us_remote *r, const char *url,
 				    struct us_err *err)
 {
@@ -392,6 +405,11 @@ enum us_status us_remote_open(const char *url, const struct us_remote_opts *o,
 		return rc;
 	}
 	qsort(r->list.o, r->list.n, sizeof(*r->list.o), obj_cmp);
+	rc = check_unique(r, err);
+	if (rc != US_OK) {
+		us_remote_free(r);
+		return rc;
+	}
 	*out = r;
 	return US_OK;
 }
@@ -601,7 +619,9 @@ static void pool_start(struct us_remote *r)
 		return;
 	pthread_mutex_lock(&r->pmu);
 	if (!atomic_load(&r->started) && !r->stopping && r->depth) {
-		unsigned n = r->connections;
+		/* One connection fewer than the pool: a reader that misses
+		 * never waits behind a full set of prefetches. */
+		unsigned n = r->connections > 1 ? r->connections - 1 : 1;
 		r->workers = calloc(n, sizeof(*r->workers));
 		for (unsigned i = 0; r->workers && i < n; i++) {
 			if (pthread_create(&r->workers[i], NULL, worker, r) != 0)

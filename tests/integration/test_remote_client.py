@@ -142,9 +142,15 @@ def run(m, *args, env=None, check=True, timeout=120):
     cmd = [US_REMOTE, "--endpoint-url=" + m.endpoint, *args] if m else [US_REMOTE, *args]
     p = subprocess.run(cmd, env=env if env is not None else env_for(m), capture_output=True,
                        timeout=timeout)
+    no_sanitizer_report(p.stderr)
     if check and p.returncode != 0:
         raise AssertionError("%s: rc %d: %s" % (cmd, p.returncode, p.stderr.decode()))
     return p
+
+
+def no_sanitizer_report(err):
+    # build-asan (UNSHARDFS_BUILD=build-asan): leaks and UB fail the test.
+    assert b"Sanitizer" not in err and b"runtime error" not in err, err.decode()
 
 
 def stats(p):
@@ -239,6 +245,7 @@ def test_rewritten_object_fails_not_mixed(moto):
     assert proc.stderr.readline() == b"opened\n"
     moto.s3.put_object(Bucket="ckpt", Key="rw/obj", Body=b"B" * (2 * MIB))
     out, err = proc.communicate(b"\n", timeout=60)
+    no_sanitizer_report(err)
     assert proc.returncode == 2, err
     assert b"B" not in out and out == b""
     assert b"read failed" in err
@@ -385,7 +392,10 @@ class Faulty(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     FILES = {}
     FAULTS = []
+    DELAY = 0.0  # seconds before each range reply: a far-away store
     LOCK = threading.Lock()
+    ACTIVE = 0   # range replies in progress, and the most at once
+    PEAK = 0
 
     def log_message(self, *a):
         pass
@@ -420,6 +430,12 @@ class Faulty(http.server.BaseHTTPRequestHandler):
             fault = self.FAULTS.pop(0) if self.FAULTS else None
         if fault == "503":
             return self._head(503, 0)
+        with self.LOCK:
+            Faulty.ACTIVE += 1
+            Faulty.PEAK = max(Faulty.PEAK, Faulty.ACTIVE)
+        time.sleep(self.DELAY)
+        with self.LOCK:
+            Faulty.ACTIVE -= 1
         part = body[a:b + 1]
         cr = "bytes %d-%d/%d" % (a, b, len(body))
         if fault == "badrange":
@@ -450,8 +466,10 @@ def faulty():
 
 
 def fcat(url, *args, off=0, n=MIB):
-    return subprocess.run([US_REMOTE, "--block-size=1048576", *args, "cat", url + "/d/blob.bin",
-                           "blob.bin", str(off), str(n)], capture_output=True, timeout=60)
+    p = subprocess.run([US_REMOTE, "--block-size=1048576", *args, "cat", url + "/d/blob.bin",
+                        "blob.bin", str(off), str(n)], capture_output=True, timeout=60)
+    no_sanitizer_report(p.stderr)
+    return p
 
 
 @pytest.mark.parametrize("fault", ["503", "short"])
@@ -490,9 +508,25 @@ def test_stalled_body_times_out(faulty):
 
 def test_sequential_prefetch(faulty):
     data = Faulty.FILES["/d/blob.bin"]
-    p = subprocess.run([US_REMOTE, "--block-size=262144", "--chunk=131072", "cat",
-                        faulty + "/d/blob.bin", "blob.bin"], capture_output=True, timeout=60)
+    nblocks = len(data) // 262144
+    Faulty.DELAY = 0.1
+    Faulty.PEAK = 0
+    try:
+        p = subprocess.run([US_REMOTE, "--block-size=262144", "--chunk=131072", "cat",
+                            faulty + "/d/blob.bin", "blob.bin"], capture_output=True,
+                           timeout=60)
+        no_sanitizer_report(p.stderr)
+    finally:
+        Faulty.DELAY = 0.0
     assert p.returncode == 0 and p.stdout == data
     s = stats(p)
-    # Every block fetched about once although the workers ran ahead.
-    assert s["requests"] <= len(data) // 262144 + 2
+    # Every block fetched about once although the workers ran ahead, and
+    # several at once (a one-thread cat alone would make one at a time).
+    assert s["requests"] <= nblocks + 2
+    assert Faulty.PEAK >= 3, Faulty.PEAK
+    # Random reads do not prefetch: one block each.
+    Faulty.PEAK = 0
+    for off in (2 * MIB, 5000, MIB + 7):
+        p = fcat(faulty, "--block-size=262144", off=off, n=100)
+        assert p.returncode == 0 and stats(p)["requests"] == 2  # HEAD + one block
+    assert Faulty.PEAK == 1
