@@ -10,7 +10,9 @@
  * --cache-dir-size=N --connections=N --retries=N --timeout=S --chunk=N
  * (cat's read size; default 1 MiB) --threads=N (cat reads chunks from N
  * threads at once), --pause (after open, say "opened" on stderr and wait
- * for a line on stdin: a test changes the store meanwhile).  The counters (us_remote_stats) go to stderr at exit.
+ * for a line on stdin: a test changes the store meanwhile), --fork (after
+ * open, go on in a child, as the daemon does after fuse_daemonize; says on
+ * stderr if open left threads running, which a fork would lose).  The counters (us_remote_stats) go to stderr at exit.
  * Exit: 0 done, 1 usage, 2 the store refused or failed.
  */
 #include <errno.h>
@@ -19,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "storage/remote.h"
@@ -28,6 +32,7 @@ struct cli {
 	size_t chunk;
 	unsigned threads;
 	bool pause;
+	bool fork;
 };
 
 static int usage(void)
@@ -62,6 +67,8 @@ static bool option(struct cli *c, const char *a)
 		return c->o.no_sign = true;
 	if (IS("--pause") && !v)
 		return c->pause = true;
+	if (IS("--fork") && !v)
+		return c->fork = true;
 	if (!v)
 		return false;
 	if (IS("--endpoint-url"))
@@ -116,6 +123,41 @@ static void print_stats(const struct us_remote *r)
 		" disk_hits=%" PRIu64 "\n",
 		s.requests, s.retries, s.bytes_fetched, s.bytes_read,
 		s.disk_hits);
+}
+
+/* The threads of this process (/proc/self/task), or -1. */
+static int count_threads(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* Go on in a child, as fuse_daemonize does; the parent returns its status
+ * (true: we are the child). */
+static bool fork_like_daemon(int *status)
+{
+	int n = count_threads(), st = 0;
+	pid_t pid;
+
+	if (n != 1)
+		fprintf(stderr, "us-remote: %d threads at fork\n", n);
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0)
+		return true;
+	if (pid < 0 || waitpid(pid, &st, 0) != pid)
+		*status = 2;
+	else
+		*status = WIFEXITED(st) ? WEXITSTATUS(st) : 2;
+	return false;
 }
 
 static int do_ls(struct us_remote *r)
@@ -219,6 +261,10 @@ int main(int argc, char **argv)
 	if (us_remote_open(url, &c.o, &r, &err) != 0) {
 		fprintf(stderr, "us-remote: %s\n", err.msg);
 		return err.status == US_E_USAGE ? 1 : 2;
+	}
+	if (c.fork && !fork_like_daemon(&rc)) {
+		us_remote_free(r);
+		return rc;
 	}
 	if (c.pause) {
 		char line[16];

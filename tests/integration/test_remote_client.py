@@ -222,6 +222,16 @@ def test_random_ranges(moto):
     assert len(data) <= s["bytes_fetched"] < 2 * len(data)
 
 
+def test_reads_after_fork(moto):
+    # The daemon forks after open (fuse_daemonize): open must start no
+    # thread, and the child must read through the handles open made.
+    data = blob("m/a.bin", OBJECTS["m/a.bin"])
+    p = run(moto, "--fork", "--block-size=1048576", "--threads=4", "--chunk=262144",
+            "cat", "s3://ckpt/m", "a.bin")
+    assert b"threads at fork" not in p.stderr
+    assert p.stdout == data
+
+
 def test_names_that_need_encoding(moto):
     k = "nested/deep/x y+z&=~%.json"
     p = run(moto, "cat", "s3://ckpt/m", k)
