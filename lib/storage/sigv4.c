@@ -1,11 +1,13 @@
 /*
  * sigv4.c - AWS Signature Version 4 for bodiless GET/HEAD requests.
  *
- * Our own, not CURLOPT_AWS_SIGV4: curl 7.88's signer has had query-string
- * canonicalisation bugs (ListObjectsV2's continuation-token must sort
- * before list-type), and a signer of our own can be checked by the unit
- * tests against AWS's published examples and by the client test against
- * moto with signature checks on.  Canonical request (AWS's docs):
+ * Our own, not CURLOPT_AWS_SIGV4.  Against moto with signature checks on,
+ * curl 7.88's signer (curl --aws-sigv4 aws:amz:REGION:s3) was refused with
+ * SignatureDoesNotMatch for "?list-type=2&continuation-token=T" (it signs
+ * the query unsorted; the sorted order passed) and for a plain object GET
+ * unless x-amz-content-sha256 was added by hand.  This one is checked by the unit tests against
+ * AWS's published examples and by the client test against that moto.
+ * Canonical request (AWS's docs):
  *
  *   METHOD \n URI \n sorted-encoded-query \n canonical-headers \n
  *   signed-headers \n payload-hash
