@@ -401,6 +401,7 @@ static bool attempt_once(struct us_http *h, CURL *c, const struct us_http_req *q
 	memset(p, 0, sizeof(*p));
 	if (!add_header(&hl, "Range", q->range) ||
 	    !add_header(&hl, "If-Match", q->if_match) ||
+	    !add_header(&hl, "If-Unmodified-Since", q->if_unmodified_since) ||
 	    !add_header(&hl, "Expect", "") ||
 	    (h->creds && h->creds->key_id && !sign(h, q, &hl))) {
 		snprintf(p->transport, sizeof(p->transport),

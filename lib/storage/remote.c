@@ -539,13 +539,33 @@ static bool disk_name(const struct us_remote *r, const struct us_rm_object *o,
 	return us_dcache_name("", o->url, id, r->block_size, blk, name);
 }
 
+/* Without a strong ETag (an https server that sends none, or a weak one),
+ * the recorded Last-Modified is the precondition instead: the server
+ * answers 412 if the object changed after it. */
+static const char *unmodified_since(const struct us_rm_object *o,
+				    char date[64])
+{
+	static const char days[] = "SunMonTueWedThuFriSat";
+	static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+	struct tm tm;
+
+	/* Not strftime: %a and %b follow the locale, HTTP wants English. */
+	if (o->strong_etag || !o->pub.mtime.tv_sec ||
+	    !gmtime_r(&o->pub.mtime.tv_sec, &tm))
+		return NULL;
+	snprintf(date, 64, "%.3s, %02d %.3s %04d %02d:%02d:%02d GMT",
+		 days + 3 * tm.tm_wday, tm.tm_mday, months + 3 * tm.tm_mon,
+		 tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+	return date;
+}
+
 /* Fetch block @blk of object @idx: malloc'd bytes, or NULL (EIO). */
 static char *fetch_block(struct us_remote *r, size_t idx, uint64_t blk,
 			 size_t *len)
 {
 	const struct us_rm_object *o = &r->list.o[idx];
 	uint64_t start = blk * r->block_size;
-	char range[64], name[65];
+	char range[64], name[65], date[64];
 	struct us_http_resp p = { 0 };
 	bool named;
 
@@ -565,6 +585,7 @@ static char *fetch_block(struct us_remote *r, size_t idx, uint64_t blk,
 		 (unsigned long long)(start + *len - 1));
 	struct us_http_req q = { .method = "GET", .url = o->url, .range = range,
 				 .if_match = o->strong_etag ? o->pub.etag : NULL,
+				 .if_unmodified_since = unmodified_since(o, date),
 				 .dst = data, .dst_len = *len };
 	bool ok = us_http_do(r->http, &q, &p) == US_OK &&
 		  range_reply_ok(o, &p, start, *len);

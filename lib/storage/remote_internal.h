@@ -211,6 +211,7 @@ struct us_http_req {
 	const char *url;      /* scheme://hostport/path[?query], encoded */
 	const char *range;    /* "bytes=A-B" or NULL */
 	const char *if_match; /* ETag or NULL */
+	const char *if_unmodified_since; /* IMF-fixdate or NULL */
 	char *dst;            /* range GET: exactly dst_len bytes expected */
 	size_t dst_len;
 	size_t max_body;      /* otherwise: the body is kept, up to this */

@@ -417,12 +417,20 @@ class Faulty(http.server.BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.end_headers()
 
+    # Paths under /noetag/ have no ETag, only a Last-Modified (MTIMES).
+    MTIMES = {}
+
+    def _validators(self, body):
+        lm = self.MTIMES.get(self.path, "Sun, 06 Nov 1994 08:49:37 GMT")
+        if self.path.startswith("/noetag/"):
+            return [("Last-Modified", lm)]
+        return [("ETag", '"%s"' % hashlib.md5(body).hexdigest()), ("Last-Modified", lm)]
+
     def do_HEAD(self):
         body = self.FILES.get(self.path)
         if body is None:
             return self._head(404, 0)
-        self._head(200, len(body), [("ETag", '"%s"' % hashlib.md5(body).hexdigest()),
-                                    ("Last-Modified", "Sun, 06 Nov 1994 08:49:37 GMT")])
+        self._head(200, len(body), self._validators(body))
 
     def do_GET(self):
         body = self.FILES.get(self.path)
@@ -430,6 +438,10 @@ class Faulty(http.server.BaseHTTPRequestHandler):
             return self._head(404, 0)
         etag = '"%s"' % hashlib.md5(body).hexdigest()
         if self.headers.get("If-Match") not in (None, etag):
+            return self._head(412, 0)
+        ius = self.headers.get("If-Unmodified-Since")
+        lm = self.MTIMES.get(self.path, "Sun, 06 Nov 1994 08:49:37 GMT")
+        if ius is not None and ius != lm:  # exact: enough for a test
             return self._head(412, 0)
         m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
         if not m:
@@ -450,7 +462,7 @@ class Faulty(http.server.BaseHTTPRequestHandler):
         cr = "bytes %d-%d/%d" % (a, b, len(body))
         if fault == "badrange":
             cr = "bytes %d-%d/%d" % (a, b, len(body) + 1)
-        self._head(206, len(part), [("ETag", etag), ("Content-Range", cr)])
+        self._head(206, len(part), [*self._validators(body)[:-1], ("Content-Range", cr)])
         if fault == "short":
             self.wfile.write(part[:len(part) // 2])
             self.wfile.flush()
@@ -514,6 +526,26 @@ def test_stalled_body_times_out(faulty):
     assert p.returncode == 0, p.stderr
     assert p.stdout == Faulty.FILES["/d/blob.bin"][:MIB]
     assert stats(p)["retries"] == 1 and time.time() - t < 30
+
+
+def test_no_etag_uses_last_modified(faulty):
+    # A server without ETags: the recorded Last-Modified is the precondition.
+    data = random.Random(5).randbytes(2 * MIB)
+    Faulty.FILES["/noetag/f.bin"] = data
+    Faulty.MTIMES["/noetag/f.bin"] = "Mon, 01 Jan 2024 00:00:00 GMT"
+    proc = subprocess.Popen([US_REMOTE, "--pause", "--block-size=1048576", "cat",
+                             faulty + "/noetag/f.bin", "f.bin"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stderr.readline() == b"opened\n"
+    Faulty.MTIMES["/noetag/f.bin"] = "Tue, 02 Jan 2024 00:00:00 GMT"
+    out, err = proc.communicate(b"\n", timeout=60)
+    no_sanitizer_report(err)
+    assert proc.returncode == 2 and out == b""
+    p = subprocess.run([US_REMOTE, "cat", faulty + "/noetag/f.bin", "f.bin"],
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == data
+    assert listing(subprocess.run([US_REMOTE, "ls", faulty + "/noetag/f.bin"],
+                                  capture_output=True))[0][2] == ""
 
 
 def test_sequential_prefetch(faulty):
