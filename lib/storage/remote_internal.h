@@ -102,8 +102,8 @@ struct us_creds {
 };
 
 /* us_creds_resolve - credentials and region for @o (see remote.h).  With
- * no_sign, key_id stays NULL.  US_E_USAGE: no credentials anywhere, or a
- * named profile that does not exist. */
+ * no_sign, key_id stays NULL.  US_E_USAGE: a named profile (an option) that
+ * has no keys; US_E_IO: no credentials anywhere (remote.h's "the rest"). */
 enum us_status us_creds_resolve(const struct us_remote_opts *o,
 				struct us_creds *c, struct us_err *err);
 void us_creds_free(struct us_creds *c);

@@ -248,7 +248,7 @@ enum us_status us_creds_resolve(const struct us_remote_opts *o,
 					"no such AWS profile with keys in %s",
 					cred_file ? cred_file : "~/.aws/credentials");
 		else
-			rc = us_err_set(err, US_E_USAGE, "s3",
+			rc = us_err_set(err, US_E_IO, "s3",
 					"no AWS credentials: set AWS_ACCESS_KEY_ID and "
 					"AWS_SECRET_ACCESS_KEY, add a profile to "
 					"~/.aws/credentials, or use --no-sign-request");

@@ -275,10 +275,11 @@ def test_auth_refusals(moto):
     # answers 500, its auth code wanting an Authorization header: retried).
     p = run(moto, "--no-sign-request", "--retries=1", "ls", "s3://ckpt/m", check=False)
     assert p.returncode == 2 and p.stderr.count(b"\n") == 1
-    # No credentials at all: one line, usage.
+    # No credentials at all: one line.
     p = run(moto, "ls", "s3://ckpt/m", env=env_for(moto, AWS_ACCESS_KEY_ID=None,
                                                    AWS_SECRET_ACCESS_KEY=None), check=False)
-    assert p.returncode == 1 and b"no AWS credentials" in p.stderr
+    assert p.returncode == 2 and b"no AWS credentials" in p.stderr
+    assert p.stderr.count(b"\n") == 1
 
 
 def test_profile_credentials(moto, tmp_path):

@@ -214,7 +214,7 @@ static void check_creds(void)
 	clear_aws_env();
 	setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/c", 1);
 	setenv("AWS_CONFIG_FILE", "/nonexistent/g", 1);
-	CHECK(us_creds_resolve(&o, &c, &err) == US_E_USAGE);
+	CHECK(us_creds_resolve(&o, &c, &err) == US_E_IO);
 	CHECK(strstr(err.msg, "no AWS credentials") != NULL);
 	o.no_sign = true;
 	CHECK(us_creds_resolve(&o, &c, &err) == US_OK);
