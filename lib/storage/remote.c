@@ -676,21 +676,28 @@ static void enqueue(struct us_remote *r, size_t idx, uint64_t blk)
 }
 
 /*
- * Sequential detection, per object: a read that starts in the block after
- * the one the last read ended in (two consecutive blocks) prefetches the
- * next `depth` blocks.  Racy between threads by design: it is a hint.
+ * Sequential detection, per object: `last_blk` is one past the furthest
+ * block the current run reached.  A read that starts in the block after it
+ * (two consecutive blocks) counts, and prefetches the next `depth` blocks;
+ * a read a block or two behind it continues the run without counting, since
+ * FUSE threads deliver the kernel's read-ahead slightly out of order; any
+ * other read starts a new run.  Racy between threads by design: a hint.
  */
 static void note_read(struct us_remote *r, size_t idx, uint64_t first,
 		      uint64_t last)
 {
 	struct us_rm_object *o = &r->list.o[idx];
-	uint64_t prev = atomic_exchange(&o->last_blk, last + 1);
+	uint64_t prev = atomic_load(&o->last_blk);
 	uint64_t nblocks = (o->pub.size + r->block_size - 1) / r->block_size;
 
-	if (prev == 0 || (first != prev && first + 1 != prev)) {
+	if (prev == 0 || first > prev || first + 3 < prev) {
+		atomic_store(&o->last_blk, last + 1);
 		atomic_store(&o->run, 0);
 		return;
 	}
+	while (last + 1 > prev &&
+	       !atomic_compare_exchange_weak(&o->last_blk, &prev, last + 1))
+		;
 	if (first == prev)
 		atomic_fetch_add(&o->run, 1);
 	if (atomic_load(&o->run) == 0 || !r->depth)
