@@ -407,6 +407,7 @@ class Faulty(http.server.BaseHTTPRequestHandler):
     LOCK = threading.Lock()
     ACTIVE = 0   # range replies in progress, and the most at once
     PEAK = 0
+    PEERS = set()  # client (address, port) pairs: one per connection
 
     def log_message(self, *a):
         pass
@@ -428,12 +429,14 @@ class Faulty(http.server.BaseHTTPRequestHandler):
         return [("ETag", '"%s"' % hashlib.md5(body).hexdigest()), ("Last-Modified", lm)]
 
     def do_HEAD(self):
+        self.PEERS.add(self.client_address)
         body = self.FILES.get(self.path)
         if body is None:
             return self._head(404, 0)
         self._head(200, len(body), self._validators(body))
 
     def do_GET(self):
+        self.PEERS.add(self.client_address)
         body = self.FILES.get(self.path)
         if body is None:
             return self._head(404, 0)
@@ -573,3 +576,15 @@ def test_sequential_prefetch(faulty):
         p = fcat(faulty, "--block-size=262144", off=off, n=100)
         assert p.returncode == 0 and stats(p)["requests"] == 2  # HEAD + one block
     assert Faulty.PEAK == 1
+
+
+def test_connections_are_reused(faulty):
+    data = Faulty.FILES["/d/blob.bin"]
+    Faulty.PEERS.clear()
+    p = subprocess.run([US_REMOTE, "--block-size=262144", "--connections=2", "cat",
+                        faulty + "/d/blob.bin", "blob.bin"], capture_output=True, timeout=60)
+    no_sanitizer_report(p.stderr)
+    assert p.returncode == 0 and p.stdout == data
+    # A HEAD and 12 range GETs over at most the two connections allowed.
+    assert stats(p)["requests"] == 1 + len(data) // 262144
+    assert 1 <= len(Faulty.PEERS) <= 2, Faulty.PEERS
