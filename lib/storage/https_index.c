@@ -56,6 +56,68 @@ enum us_status us_rm_list_add(struct us_rm_list *l, const char *key,
 	return US_OK;
 }
 
+static void take_validators(const struct us_http_resp *p, char *etag,
+			    size_t netag, struct timespec *mtime)
+{
+	snprintf(etag, netag, "%s", p->etag);
+	mtime->tv_sec = 0;
+	mtime->tv_nsec = 0;
+	/* Unparsable: no date, so no If-Unmodified-Since either. */
+	if (p->last_modified[0] && !us_parse_http_date(p->last_modified, mtime))
+		mtime->tv_sec = 0;
+}
+
+static enum us_status status_error(long st, const char *what, const char *m,
+				   struct us_err *err)
+{
+	if (st == 404 || st == 410)
+		return us_err_set(err, US_E_IO, what, "no such object (HTTP %ld)",
+				  st);
+	if (st == 401 || st == 403)
+		return us_err_set(err, US_E_IO, what, "access denied (HTTP %ld)",
+				  st);
+	return us_err_set(err, US_E_IO, what, "HTTP %ld to %s", st, m);
+}
+
+/*
+ * The size from a one-byte range GET: for servers that refuse HEAD (a
+ * presigned URL is signed for GET only; some servers answer 405).  The
+ * Content-Range total is the size; a 416 whose Content-Range gives a total
+ * of 0 is an empty object.
+ */
+static enum us_status probe_by_range(struct us_http *h, const char *url,
+				     const char *what, uint64_t *size,
+				     char *etag, size_t netag,
+				     struct timespec *mtime, long *status,
+				     struct us_err *err)
+{
+	char one;
+	struct us_http_req q = { .method = "GET", .url = url,
+				 .range = "bytes=0-0", .dst = &one, .dst_len = 1 };
+	struct us_http_resp p;
+	uint64_t a, b;
+	enum us_status rc = US_OK;
+
+	if (us_http_do(h, &q, &p) != US_OK) {
+		rc = us_err_set(err, US_E_IO, what, "%s",
+				p.too_long ? "the server does not answer range requests"
+					   : p.transport);
+	} else if (p.status == 416 && strcmp(p.content_range, "bytes */0") == 0) {
+		*size = 0;
+	} else if (p.status != 206) {
+		rc = status_error(p.status, what, "a range GET", err);
+	} else if (!us_parse_content_range(p.content_range, &a, &b, size) ||
+		   a != 0 || b != 0 || *size > (uint64_t)INT64_MAX) {
+		rc = us_err_set(err, US_E_IO, what,
+				"no valid Content-Range for bytes=0-0");
+	}
+	*status = p.status;
+	if (rc == US_OK)
+		take_validators(&p, etag, netag, mtime);
+	us_http_resp_free(&p);
+	return rc;
+}
+
 enum us_status us_http_head_object(struct us_http *h, const char *url,
 				   const char *what, uint64_t *size,
 				   char *etag, size_t netag,
@@ -75,25 +137,16 @@ enum us_status us_http_head_object(struct us_http *h, const char *url,
 	}
 	us_http_resp_free(&p);
 	*status = p.status;
-	if (p.status == 404 || p.status == 410)
-		return us_err_set(err, US_E_IO, what, "no such object (HTTP %ld)",
-				  p.status);
-	if (p.status == 401 || p.status == 403)
-		return us_err_set(err, US_E_IO, what, "access denied (HTTP %ld)",
-				  p.status);
+	if (p.status == 403 || p.status == 405 || p.status == 501)
+		return probe_by_range(h, url, what, size, etag, netag, mtime,
+				      status, err);
 	if (p.status != 200)
-		return us_err_set(err, US_E_IO, what, "HTTP %ld to HEAD",
-				  p.status);
+		return status_error(p.status, what, "HEAD", err);
 	if (!p.has_length || p.content_length > (uint64_t)INT64_MAX)
 		return us_err_set(err, US_E_IO, what,
 				  "the server sent no valid Content-Length");
 	*size = p.content_length;
-	snprintf(etag, netag, "%s", p.etag);
-	mtime->tv_sec = 0;
-	mtime->tv_nsec = 0;
-	if (p.last_modified[0] &&
-	    !us_parse_http_date(p.last_modified, mtime))
-		mtime->tv_sec = 0; /* informative only: not an identity */
+	take_validators(&p, etag, netag, mtime);
 	return US_OK;
 }
 
@@ -117,9 +170,10 @@ static enum us_status last_component(const char *url, char **out,
 	return US_OK;
 }
 
+/* HEAD @url and list it as @key. */
 static enum us_status head_into(struct us_http *h, const char *url,
 				const char *key, struct us_rm_list *l,
-				bool *found, struct us_err *err)
+				struct us_err *err)
 {
 	char etag[US_RM_MAX_ETAG];
 	struct timespec mt;
@@ -127,7 +181,6 @@ static enum us_status head_into(struct us_http *h, const char *url,
 	long st;
 	enum us_status rc;
 
-	*found = false;
 	rc = us_http_head_object(h, url, url, &size, etag, sizeof(etag), &mt,
 				 &st, err);
 	if (rc != US_OK)
@@ -135,7 +188,6 @@ static enum us_status head_into(struct us_http *h, const char *url,
 	rc = us_rm_list_add(l, key, size, etag, mt, url);
 	if (rc != US_OK)
 		return us_err_set(err, rc, url, "out of memory");
-	*found = true;
 	return US_OK;
 }
 
@@ -242,7 +294,6 @@ static enum us_status add_shards(struct us_http *h, const char *base,
 	struct us_err why = { 0 };
 	char **names = NULL, *su = NULL, *enc;
 	size_t n = 0;
-	bool found;
 	enum us_status rc = get_body(h, url, &p, err);
 
 	if (rc != US_OK)
@@ -262,7 +313,7 @@ static enum us_status add_shards(struct us_http *h, const char *base,
 			break;
 		}
 		free(enc);
-		rc = head_into(h, su, names[i], l, &found, err);
+		rc = head_into(h, su, names[i], l, err);
 		free(su);
 	}
 out:
@@ -331,17 +382,22 @@ enum us_status us_https_list(struct us_http *h, const char *url,
 {
 	size_t n = strlen(url);
 	char *key;
-	bool found;
 	enum us_status rc;
 
 	*single = false;
-	if (strpbrk(url, "?#"))
+	/* A query names one object (a presigned URL); a fragment is never
+	 * sent, so it cannot be what the user meant. */
+	if (strchr(url, '#'))
 		return us_err_set(err, US_E_USAGE, url,
-				  "a URL with a query or fragment is not a SOURCE");
+				  "a URL with a #fragment is not a SOURCE");
 	if (n && url[n - 1] == '/')
 		return list_directory(h, url, l, err);
+	if (strchr(url, '?') && strchr(url, '?')[-1] == '/')
+		return us_err_set(err, US_E_USAGE, url,
+				  "a directory URL cannot carry a query "
+				  "(its files' URLs would not)");
 	US_TRY(last_component(url, &key, err));
-	rc = head_into(h, url, key, l, &found, err);
+	rc = head_into(h, url, key, l, err);
 	free(key);
 	*single = rc == US_OK;
 	return rc;

@@ -430,6 +430,8 @@ class Faulty(http.server.BaseHTTPRequestHandler):
 
     def do_HEAD(self):
         self.PEERS.add(self.client_address)
+        if self.path.startswith("/nohead/"):  # a presigned GET URL
+            return self._head(403, 0)
         body = self.FILES.get(self.path)
         if body is None:
             return self._head(404, 0)
@@ -452,6 +454,8 @@ class Faulty(http.server.BaseHTTPRequestHandler):
             self._head(200, len(body), [("ETag", etag)])
             return self.wfile.write(body)
         a, b = int(m.group(1)), int(m.group(2))
+        if a >= len(body):
+            return self._head(416, 0, [("Content-Range", "bytes */%d" % len(body))])
         with self.LOCK:
             fault = self.FAULTS.pop(0) if self.FAULTS else None
         if fault == "503":
@@ -550,6 +554,25 @@ def test_no_etag_uses_last_modified(faulty):
     assert p.returncode == 0 and p.stdout == data
     assert listing(subprocess.run([US_REMOTE, "ls", faulty + "/noetag/f.bin"],
                                   capture_output=True))[0][2] == ""
+
+
+def test_presigned_url_without_head(faulty):
+    # HEAD refused (signed for GET only): the size comes from bytes=0-0.
+    data = random.Random(9).randbytes(MIB + 3)
+    url = "/nohead/m.safetensors?X-Amz-Signature=ab%2Fc&X-Amz-Expires=60"
+    Faulty.FILES[url] = data
+    p = subprocess.run([US_REMOTE, "ls", faulty + url], capture_output=True, timeout=60)
+    no_sanitizer_report(p.stderr)
+    assert p.returncode == 0, p.stderr
+    assert listing(p) == [("m.safetensors", len(data), '"%s"' % hashlib.md5(data).hexdigest())]
+    p = subprocess.run([US_REMOTE, "--block-size=65536", "cat", faulty + url, "m.safetensors"],
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == data
+    Faulty.FILES["/nohead/empty?sig=1"] = b""
+    p = subprocess.run([US_REMOTE, "ls", faulty + "/nohead/empty?sig=1"], capture_output=True)
+    assert p.returncode == 0 and listing(p)[0][:2] == ("empty", 0), p.stderr
+    p = subprocess.run([US_REMOTE, "ls", faulty + "/d/?x=1"], capture_output=True)
+    assert p.returncode == 1
 
 
 def test_sequential_prefetch(faulty):
