@@ -709,6 +709,22 @@ static void note_read(struct us_remote *r, size_t idx, uint64_t first,
 
 /* ------------------------------------------------------------- reads */
 
+/*
+ * A read of many blocks (the loader reads whole tensors) needs them all
+ * now: while this thread fetches @blk, the workers fetch the next `depth`
+ * of this read, a window that moves with the loop so that the cache never
+ * holds more of one read ahead than it can keep.
+ */
+static void ahead_in_read(struct us_remote *r, size_t idx, uint64_t blk,
+			  uint64_t last)
+{
+	if (blk == last || !r->depth)
+		return;
+	pool_start(r);
+	for (uint64_t b = blk + 1; b <= last && b <= blk + r->depth; b++)
+		enqueue(r, idx, b);
+}
+
 /* The block, referenced, or NULL (EIO).  A block whose fetch failed in
  * another thread (a prefetch) is tried once more by this one. */
 static struct us_block *get_block(struct us_remote *r, size_t idx,
@@ -753,6 +769,7 @@ enum us_status us_remote_read(struct us_remote *r,
 	note_read(r, idx, first, last);
 	char *dst = buf;
 	for (uint64_t blk = first; blk <= last; blk++) {
+		ahead_in_read(r, idx, blk, last);
 		struct us_block *b = get_block(r, idx, blk);
 		if (!b) {
 			errno = EIO;

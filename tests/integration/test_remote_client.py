@@ -593,6 +593,15 @@ def test_sequential_prefetch(faulty):
     # several at once (a one-thread cat alone would make one at a time).
     assert s["requests"] <= nblocks + 2
     assert Faulty.PEAK >= 3, Faulty.PEAK
+    # One read of many blocks fetches them in parallel too.
+    Faulty.DELAY = 0.1
+    Faulty.PEAK = 0
+    try:
+        p = fcat(faulty, "--block-size=262144", "--chunk=%d" % (3 * MIB), off=0, n=3 * MIB)
+    finally:
+        Faulty.DELAY = 0.0
+    assert p.returncode == 0 and p.stdout == data[:3 * MIB]
+    assert Faulty.PEAK >= 3 and stats(p)["requests"] == 1 + nblocks, Faulty.PEAK
     # Random reads do not prefetch: one block each.
     Faulty.PEAK = 0
     for off in (2 * MIB, 5000, MIB + 7):
