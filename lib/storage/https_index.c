@@ -1,0 +1,404 @@
+/*
+ * https_index.c - the listing of an http(s):// SOURCE.
+ *
+ * A URL that does not end in '/' names one object: HEAD gives its size,
+ * ETag and Last-Modified.  A URL that ends in '/' is a directory, which
+ * HTTP cannot list: we HEAD the names a checkpoint directory is known to
+ * hold, and when one is an index, GET it and HEAD each shard its
+ * weight_map names.  Shard names come from a hostile document: absolute
+ * paths, "..", "." and empty components are refused, since they would
+ * reach outside the directory.
+ */
+#include "remote_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../codec/json.h"
+#include "../grow.h"
+
+static const char *const well_known[] = {
+	"model.safetensors.index.json", "pytorch_model.bin.index.json",
+	"model.safetensors", "pytorch_model.bin", "config.json",
+	"generation_config.json", "tokenizer.json", "tokenizer_config.json",
+	"special_tokens_map.json", "tokenizer.model", "vocab.json",
+	"merges.txt",
+};
+
+enum us_status us_rm_list_add(struct us_rm_list *l, const char *key,
+			      uint64_t size, const char *etag,
+			      struct timespec mtime, const char *url)
+{
+	struct us_rm_object *o;
+
+	if (l->n >= US_RM_MAX_OBJECTS)
+		return US_E_FORMAT;
+	US_TRY(US_GROW(l->o, l->cap, l->n));
+	o = &l->o[l->n];
+	memset(o, 0, sizeof(*o));
+	o->pub.key = strdup(key);
+	o->pub.etag = strdup(etag ? etag : "");
+	o->url = strdup(url);
+	if (!o->pub.key || !o->pub.etag || !o->url) {
+		free((char *)o->pub.key);
+		free((char *)o->pub.etag);
+		free(o->url);
+		return US_E_NOMEM;
+	}
+	o->pub.size = size;
+	o->pub.mtime = mtime;
+	/* A weak validator ("W/...") never matches If-Match (RFC 7232 uses
+	 * strong comparison there): such objects are checked by the
+	 * Content-Range total alone. */
+	o->strong_etag = etag && etag[0] == '"';
+	l->n++;
+	return US_OK;
+}
+
+static void take_validators(const struct us_http_resp *p, char *etag,
+			    size_t netag, struct timespec *mtime)
+{
+	snprintf(etag, netag, "%s", p->etag);
+	mtime->tv_sec = 0;
+	mtime->tv_nsec = 0;
+	/* Unparsable: no date, so no If-Unmodified-Since either. */
+	if (p->last_modified[0] && !us_parse_http_date(p->last_modified, mtime))
+		mtime->tv_sec = 0;
+}
+
+static enum us_status status_error(long st, const char *what, const char *m,
+				   struct us_err *err)
+{
+	if (st == 404 || st == 410)
+		return us_err_set(err, US_E_IO, what, "no such object (HTTP %ld)",
+				  st);
+	if (st == 401 || st == 403)
+		return us_err_set(err, US_E_IO, what, "access denied (HTTP %ld)",
+				  st);
+	return us_err_set(err, US_E_IO, what, "HTTP %ld to %s", st, m);
+}
+
+/*
+ * The size from a one-byte range GET: for servers that refuse HEAD (a
+ * presigned URL is signed for GET only; some servers answer 405).  The
+ * Content-Range total is the size; a 416 whose Content-Range gives a total
+ * of 0 is an empty object.
+ */
+static enum us_status probe_by_range(struct us_http *h, const char *url,
+				     const char *what, uint64_t *size,
+				     char *etag, size_t netag,
+				     struct timespec *mtime, long *status,
+				     struct us_err *err)
+{
+	char one;
+	struct us_http_req q = { .method = "GET", .url = url,
+				 .range = "bytes=0-0", .dst = &one, .dst_len = 1 };
+	struct us_http_resp p;
+	uint64_t a, b;
+	enum us_status rc = US_OK;
+
+	if (us_http_do(h, &q, &p) != US_OK) {
+		rc = us_err_set(err, US_E_IO, what, "%s",
+				p.too_long ? "the server does not answer range requests"
+					   : p.transport);
+	} else if (p.status == 416 && strcmp(p.content_range, "bytes */0") == 0) {
+		*size = 0;
+	} else if (p.status != 206) {
+		rc = status_error(p.status, what, "a range GET", err);
+	} else if (!us_parse_content_range(p.content_range, &a, &b, size) ||
+		   a != 0 || b != 0 || *size > (uint64_t)INT64_MAX) {
+		rc = us_err_set(err, US_E_IO, what,
+				"no valid Content-Range for bytes=0-0");
+	}
+	*status = p.status;
+	if (rc == US_OK)
+		take_validators(&p, etag, netag, mtime);
+	us_http_resp_free(&p);
+	return rc;
+}
+
+enum us_status us_http_head_object(struct us_http *h, const char *url,
+				   const char *what, uint64_t *size,
+				   char *etag, size_t netag,
+				   struct timespec *mtime, long *status,
+				   struct us_err *err)
+{
+	struct us_http_req q = { .method = "HEAD", .url = url };
+	struct us_http_resp p;
+
+	*status = 0;
+	if (us_http_do(h, &q, &p) != US_OK) {
+		enum us_status rc = us_err_set(err, US_E_IO, what,
+					       "cannot reach the server: %s",
+					       p.transport);
+		us_http_resp_free(&p);
+		return rc;
+	}
+	us_http_resp_free(&p);
+	*status = p.status;
+	if (p.status == 403 || p.status == 405 || p.status == 501)
+		return probe_by_range(h, url, what, size, etag, netag, mtime,
+				      status, err);
+	if (p.status != 200)
+		return status_error(p.status, what, "HEAD", err);
+	if (!p.has_length || p.content_length > (uint64_t)INT64_MAX)
+		return us_err_set(err, US_E_IO, what,
+				  "the server sent no valid Content-Length");
+	*size = p.content_length;
+	take_validators(&p, etag, netag, mtime);
+	return US_OK;
+}
+
+/* "http://h/a/b/model.safetensors" -> "model.safetensors", decoded. */
+static enum us_status last_component(const char *url, char **out,
+				     struct us_err *err)
+{
+	const char *q = strpbrk(url, "?#");
+	size_t n = q ? (size_t)(q - url) : strlen(url);
+	const char *s = url + n;
+
+	while (s > url && s[-1] != '/')
+		s--;
+	*out = us_uri_decode(s, (size_t)(url + n - s));
+	if (!*out || !us_rel_key_ok(*out) || strchr(*out, '/')) {
+		free(*out);
+		*out = NULL;
+		return us_err_set(err, US_E_USAGE, url,
+				  "the URL does not end in a file name");
+	}
+	return US_OK;
+}
+
+/* HEAD @url and list it as @key. */
+static enum us_status head_into(struct us_http *h, const char *url,
+				const char *key, struct us_rm_list *l,
+				struct us_err *err)
+{
+	char etag[US_RM_MAX_ETAG];
+	struct timespec mt;
+	uint64_t size;
+	long st;
+	enum us_status rc;
+
+	rc = us_http_head_object(h, url, url, &size, etag, sizeof(etag), &mt,
+				 &st, err);
+	if (rc != US_OK)
+		return rc;
+	rc = us_rm_list_add(l, key, size, etag, mt, url);
+	if (rc != US_OK)
+		return us_err_set(err, rc, url, "out of memory");
+	return US_OK;
+}
+
+static bool shard_name_ok(const char *s)
+{
+	return *s && s[0] != '/' && strlen(s) <= US_RM_MAX_KEY &&
+	       !strchr(s, '\\') && us_rel_key_ok(s);
+}
+
+static void names_free(char **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+static bool name_seen(char **v, size_t n, const char *s)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(v[i], s) == 0)
+			return true;
+	return false;
+}
+
+enum us_status us_https_index_names(const char *json, size_t len,
+				    char ***names, size_t *n,
+				    struct us_err *err)
+{
+	cJSON *doc = NULL, *wm, *it;
+	char **v = NULL;
+	size_t cnt = 0, cap = 0;
+	enum us_status rc = us_json_parse(json, len, &doc, err);
+
+	*names = NULL;
+	*n = 0;
+	if (rc != US_OK)
+		return rc;
+	wm = cJSON_GetObjectItemCaseSensitive(doc, "weight_map");
+	if (!cJSON_IsObject(wm)) {
+		rc = us_err_reason(err, US_E_FORMAT, "has no weight_map object");
+		goto out;
+	}
+	cJSON_ArrayForEach(it, wm) {
+		if (!cJSON_IsString(it) || !shard_name_ok(it->valuestring)) {
+			rc = us_err_reason(err, US_E_FORMAT,
+					   "weight_map names an unsafe shard path "
+					   "(absolute, '..', '.' or empty component)");
+			goto out;
+		}
+		if (name_seen(v, cnt, it->valuestring))
+			continue; /* a few shards, many tensors: n^2 is fine */
+		if (cnt >= 100000 || US_GROW(v, cap, cnt) != US_OK) {
+			rc = us_err_reason(err, US_E_NOMEM, "too many shards");
+			goto out;
+		}
+		v[cnt] = strdup(it->valuestring);
+		if (!v[cnt]) {
+			rc = us_err_reason(err, US_E_NOMEM, "out of memory");
+			goto out;
+		}
+		cnt++;
+	}
+	*names = v;
+	*n = cnt;
+	v = NULL;
+out:
+	if (v)
+		names_free(v, cnt);
+	cJSON_Delete(doc);
+	return rc;
+}
+
+static enum us_status get_body(struct us_http *h, const char *url,
+			       struct us_http_resp *p, struct us_err *err)
+{
+	struct us_http_req q = { .method = "GET", .url = url,
+				 .max_body = US_RM_MAX_INDEX_BODY };
+
+	if (us_http_do(h, &q, p) != US_OK)
+		return us_err_set(err, US_E_IO, url, "cannot reach the server: %s",
+				  p->transport);
+	if (p->too_long)
+		return us_err_set(err, US_E_IO, url, "the index is over %u MiB",
+				  US_RM_MAX_INDEX_BODY >> 20);
+	if (p->status != 200)
+		return us_err_set(err, US_E_IO, url, "HTTP %ld to GET", p->status);
+	return US_OK;
+}
+
+static bool listed(const struct us_rm_list *l, const char *key)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (strcmp(l->o[i].pub.key, key) == 0)
+			return true;
+	return false;
+}
+
+/* GET the index at @url (already listed) and HEAD each of its shards. */
+static enum us_status add_shards(struct us_http *h, const char *base,
+				 const char *url, struct us_rm_list *l,
+				 struct us_err *err)
+{
+	struct us_http_resp p;
+	struct us_err why = { 0 };
+	char **names = NULL, *su = NULL, *enc;
+	size_t n = 0;
+	enum us_status rc = get_body(h, url, &p, err);
+
+	if (rc != US_OK)
+		goto out;
+	rc = us_https_index_names(p.body ? p.body : "", p.len, &names, &n, &why);
+	if (rc != US_OK) {
+		us_err_set(err, rc, url, "%s", why.msg);
+		goto out;
+	}
+	for (size_t i = 0; i < n && rc == US_OK; i++) {
+		if (listed(l, names[i]))
+			continue;
+		enc = us_uri_encode(names[i], strlen(names[i]), true);
+		if (!enc || asprintf(&su, "%s%s", base, enc) < 0) {
+			free(enc);
+			rc = us_err_set(err, US_E_NOMEM, url, "out of memory");
+			break;
+		}
+		free(enc);
+		rc = head_into(h, su, names[i], l, err);
+		free(su);
+	}
+out:
+	names_free(names, n);
+	us_http_resp_free(&p);
+	return rc;
+}
+
+static enum us_status list_directory(struct us_http *h, const char *url,
+				     struct us_rm_list *l, struct us_err *err)
+{
+	static const size_t nwk = sizeof(well_known) / sizeof(well_known[0]);
+	enum us_status rc = US_OK;
+	char *u = NULL;
+	bool idx[2] = { false, false }, denied = false;
+
+	for (size_t i = 0; i < nwk; i++) {
+		char etag[US_RM_MAX_ETAG];
+		struct timespec mt;
+		uint64_t size;
+		long st;
+
+		if (asprintf(&u, "%s%s", url, well_known[i]) < 0)
+			return us_err_set(err, US_E_NOMEM, url, "out of memory");
+		rc = us_http_head_object(h, u, u, &size, etag, sizeof(etag),
+					 &mt, &st, err);
+		/* Only a clear "not there" is skipped: a server that cannot
+		 * be reached must not look like an empty directory.  403
+		 * counts as absent: a public S3 bucket answers 403 for a
+		 * key that does not exist. */
+		if (rc != US_OK && (st == 404 || st == 410 || st == 403)) {
+			denied |= st == 403;
+			free(u);
+			rc = US_OK;
+			continue;
+		}
+		if (rc == US_OK && us_rm_list_add(l, well_known[i], size, etag,
+						  mt, u) != US_OK)
+			rc = us_err_set(err, US_E_NOMEM, url, "out of memory");
+		free(u);
+		if (rc != US_OK)
+			return rc;
+		if (i < 2)
+			idx[i] = true;
+	}
+	for (size_t i = 0; i < 2 && rc == US_OK; i++) {
+		if (!idx[i])
+			continue;
+		if (asprintf(&u, "%s%s", url, well_known[i]) < 0)
+			return us_err_set(err, US_E_NOMEM, url, "out of memory");
+		rc = add_shards(h, url, u, l, err);
+		free(u);
+	}
+	if (rc == US_OK && l->n == 0)
+		return us_err_set(err, US_E_IO, url,
+				  "no index or known checkpoint file here%s "
+				  "(an https:// directory cannot be listed: "
+				  "name the object, or serve an index)",
+				  denied ? " (or access denied)" : "");
+	return rc;
+}
+
+enum us_status us_https_list(struct us_http *h, const char *url,
+			     struct us_rm_list *l, bool *single,
+			     struct us_err *err)
+{
+	size_t n = strlen(url);
+	char *key;
+	enum us_status rc;
+
+	*single = false;
+	/* A query names one object (a presigned URL); a fragment is never
+	 * sent, so it cannot be what the user meant. */
+	if (strchr(url, '#'))
+		return us_err_set(err, US_E_USAGE, url,
+				  "a URL with a #fragment is not a SOURCE");
+	if (n && url[n - 1] == '/')
+		return list_directory(h, url, l, err);
+	if (strchr(url, '?') && strchr(url, '?')[-1] == '/')
+		return us_err_set(err, US_E_USAGE, url,
+				  "a directory URL cannot carry a query "
+				  "(its files' URLs would not)");
+	US_TRY(last_component(url, &key, err));
+	rc = head_into(h, url, key, l, err);
+	free(key);
+	*single = rc == US_OK;
+	return rc;
+}

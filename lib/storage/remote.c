@@ -1,0 +1,789 @@
+/*
+ * remote.c - a remote SOURCE (remote.h): open, the listing, reads.
+ *
+ * Reads are served in aligned blocks of block_size through the shared
+ * block cache (block_cache.c).  A block is fetched by one range GET that
+ * carries If-Match with the ETag recorded at open, and is accepted only
+ * when the 206's Content-Range says exactly the range we asked for out of
+ * the size we recorded, with a body of exactly that length: a rewritten
+ * object gets 412 or a different total and the read fails (EIO); bytes of
+ * two versions are never mixed, because every block of a read comes from
+ * the one recorded version.
+ *
+ * Threads: us_remote_open starts none (the daemon forks after it).  The
+ * prefetch workers start on the first read that looks sequential.
+ */
+#include "remote_internal.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEF_BLOCK (8ull << 20)
+#define DEF_CACHE (256ull << 20)
+#define DEF_DISK (10ull << 30)
+#define DEF_CONNS 8u
+#define DEF_RETRIES 5u
+#define DEF_TIMEOUT 30u
+#define MAX_CONNS 256u
+#define MAX_PAGES (US_RM_MAX_OBJECTS / 1000u + 16u)
+#define QUEUE_CAP 256u
+
+struct job {
+	size_t obj;
+	uint64_t blk;
+	struct us_block *b;
+};
+
+struct us_remote {
+	char *url;
+	bool single, s3;
+	struct us_s3_loc loc;
+	struct us_endpoint ep;
+	struct us_creds creds;
+	struct us_rm_list list;
+	struct us_http *http;
+	struct us_bcache *bc;
+	struct us_dcache *dc;
+	uint64_t block_size;
+	unsigned connections, depth, retries;
+	struct us_rm_counters ctr;
+
+	/* The prefetch pool, started lazily (see the top). */
+	pthread_mutex_t pmu;
+	pthread_cond_t pcv;
+	_Atomic bool started;
+	bool stopping;
+	pthread_t *workers;
+	unsigned nworkers;
+	struct job q[QUEUE_CAP];
+	size_t qhead, qlen;
+};
+
+bool us_remote_is_url(const char *source)
+{
+	return source && (strncmp(source, "s3://", 5) == 0 ||
+			  strncmp(source, "https://", 8) == 0 ||
+			  strncmp(source, "http://", 7) == 0);
+}
+
+/* ------------------------------------------------------------- options */
+
+static enum us_status take_opts(struct us_remote *r,
+				const struct us_remote_opts *o,
+				struct us_remote_opts *out, struct us_err *err)
+{
+	*out = *o;
+	if (!out->block_size)
+		out->block_size = DEF_BLOCK;
+	if (!out->cache_bytes)
+		out->cache_bytes = DEF_CACHE;
+	if (!out->cache_dir_size)
+		out->cache_dir_size = DEF_DISK;
+	if (!out->connections)
+		out->connections = DEF_CONNS;
+	if (!o->retries)
+		out->retries = DEF_RETRIES;
+	if (!out->timeout_s)
+		out->timeout_s = DEF_TIMEOUT;
+	if (out->block_size < 4096 || out->block_size > US_RM_MAX_BLOCK)
+		return us_err_set(err, US_E_USAGE, r->url,
+				  "--block-size must be from 4 KiB to 1 GiB");
+	if (out->connections > MAX_CONNS)
+		return us_err_set(err, US_E_USAGE, r->url,
+				  "--connections must be at most %u", MAX_CONNS);
+	if (out->retries > 20)
+		return us_err_set(err, US_E_USAGE, r->url,
+				  "--retries must be at most 20");
+	r->block_size = out->block_size;
+	r->connections = out->connections;
+	r->retries = out->retries;
+	uint64_t fit = out->cache_bytes / out->block_size;
+	r->depth = (unsigned)(fit / 4 < out->connections ? fit / 4
+							 : out->connections);
+	return US_OK;
+}
+
+/* ------------------------------------------------------------- S3 errors */
+
+static enum us_status s3_fail(const struct us_remote *r, const char *what,
+			      const struct us_http_resp *p, struct us_err *err)
+{
+	char code[128], msg[256];
+	const char *src = r->creds.source ? r->creds.source : "no credentials";
+
+	us_s3_parse_error(p->body, p->len, code, sizeof(code), msg, sizeof(msg));
+	if (strcmp(code, "NoSuchBucket") == 0)
+		return us_err_set(err, US_E_IO, what, "no such bucket: %s",
+				  r->loc.bucket);
+	if (strcmp(code, "InvalidAccessKeyId") == 0)
+		return us_err_set(err, US_E_IO, what,
+				  "the store does not know access key ID %s "
+				  "(InvalidAccessKeyId; keys from %s)",
+				  r->creds.key_id ? r->creds.key_id : "-", src);
+	if (strcmp(code, "SignatureDoesNotMatch") == 0)
+		return us_err_set(err, US_E_IO, what,
+				  "the signature does not match "
+				  "(SignatureDoesNotMatch): wrong secret key for "
+				  "access key ID %s (keys from %s)",
+				  r->creds.key_id ? r->creds.key_id : "-", src);
+	if (strcmp(code, "ExpiredToken") == 0)
+		return us_err_set(err, US_E_IO, what,
+				  "the session token has expired (keys from %s)",
+				  src);
+	if (p->bucket_region[0] && (p->status == 301 || p->status == 400))
+		return us_err_set(err, US_E_IO, what,
+				  "the bucket is in region %s: use --region=%s",
+				  p->bucket_region, p->bucket_region);
+	if (strcmp(code, "AccessDenied") == 0 || p->status == 403)
+		return us_err_set(err, US_E_IO, what,
+				  "access denied (AccessDenied, HTTP 403; keys from %s)",
+				  r->creds.key_id ? src : "--no-sign-request");
+	if (strcmp(code, "NoSuchKey") == 0 || p->status == 404)
+		return us_err_set(err, US_E_IO, what, "not found (HTTP 404)");
+	return us_err_set(err, US_E_IO, what, "HTTP %ld%s%s%s%s", p->status,
+			  code[0] ? " " : "", code, msg[0] ? ": " : "", msg);
+}
+
+/* ------------------------------------------------------------- listing */
+
+static char *list_query(const char *lp, const char *token)
+{
+	char *ep = us_uri_encode(lp, strlen(lp), false);
+	char *et = token ? us_uri_encode(token, strlen(token), false) : NULL;
+	char *q = NULL;
+
+	/* In sorted order already, as the signature canonicalises it. */
+	if (ep && (!token || et) &&
+	    asprintf(&q, "%s%s%slist-type=2%s%s", token ? "continuation-token=" : "",
+		     token ? et : "", token ? "&" : "", *lp ? "&prefix=" : "",
+		     *lp ? ep : "") < 0)
+		q = NULL;
+	free(ep);
+	free(et);
+	return q;
+}
+
+static enum us_status list_page(struct us_remote *r, const char *lp,
+				struct us_list_page *pg, struct us_err *err)
+{
+	char *q = list_query(lp, pg->next_token), *url = NULL;
+	struct us_http_resp p = { 0 };
+	struct us_err why = { 0 };
+	enum us_status rc;
+
+	url = q ? us_s3_object_url(&r->ep, r->loc.bucket, "", q) : NULL;
+	free(q);
+	if (!url)
+		return us_err_set(err, US_E_NOMEM, r->url, "out of memory");
+	struct us_http_req req = { .method = "GET", .url = url,
+				   .max_body = US_RM_MAX_LIST_BODY };
+	if (us_http_do(r->http, &req, &p) != US_OK) {
+		rc = us_err_set(err, US_E_IO, r->url,
+				"cannot reach %s://%s after %u retries: %s",
+				r->ep.scheme, r->ep.hostport, r->retries,
+				p.transport);
+	} else if (p.status != 200) {
+		rc = s3_fail(r, r->url, &p, err);
+	} else if (p.too_long) {
+		rc = us_err_set(err, US_E_IO, r->url,
+				"a listing page is over %u MiB",
+				US_RM_MAX_LIST_BODY >> 20);
+	} else {
+		rc = us_s3_parse_list(p.body ? p.body : "", p.len, pg,
+				      US_RM_MAX_OBJECTS, &why);
+		if (rc != US_OK)
+			us_err_set(err, rc, r->url, "ListObjectsV2: %s", why.msg);
+	}
+	us_http_resp_free(&p);
+	free(url);
+	return rc;
+}
+
+/*
+ * Keys under the prefix that path semantics cannot serve are skipped, not
+ * refused: "sub/" is the console's directory marker and "a//b" or ".."
+ * components would alias or climb; one such key must not make the rest of
+ * a bucket unreadable.  A key outside the prefix (a broken server) too.
+ */
+static enum us_status take_entries(struct us_remote *r, const char *lp,
+				   struct us_list_page *pg, struct us_err *err)
+{
+	size_t lpn = strlen(lp);
+
+	for (size_t i = 0; i < pg->n; i++) {
+		const struct us_list_entry *e = &pg->e[i];
+		if (strncmp(e->key, lp, lpn) != 0 || !us_rel_key_ok(e->key + lpn))
+			continue;
+		char *url = us_s3_object_url(&r->ep, r->loc.bucket, e->key, NULL);
+		enum us_status rc = url ? us_rm_list_add(&r->list, e->key + lpn,
+							 e->size, e->etag,
+							 e->mtime, url)
+					: US_E_NOMEM;
+		free(url);
+		if (rc != US_OK)
+			return us_err_set(err, rc, r->url, "%s",
+					  rc == US_E_NOMEM ? "out of memory"
+							   : "too many objects");
+	}
+	return US_OK;
+}
+
+static enum us_status list_prefix(struct us_remote *r, const char *lp,
+				  struct us_err *err)
+{
+	struct us_list_page pg = { 0 };
+	enum us_status rc = US_OK;
+	unsigned pages = 0;
+
+	do {
+		if (++pages > MAX_PAGES) {
+			rc = us_err_set(err, US_E_IO, r->url,
+					"the listing does not end (over %u pages)",
+					MAX_PAGES);
+			break;
+		}
+		rc = list_page(r, lp, &pg, err);
+	} while (rc == US_OK && pg.truncated);
+	if (rc == US_OK)
+		rc = take_entries(r, lp, &pg, err);
+	us_list_page_free(&pg);
+	return rc;
+}
+
+/* s3://b/KEY naming one object: HEAD it. */
+static enum us_status head_single(struct us_remote *r, bool *found,
+				  struct us_err *err)
+{
+	char *url = us_s3_object_url(&r->ep, r->loc.bucket, r->loc.prefix, NULL);
+	const char *base = strrchr(r->loc.prefix, '/');
+	struct us_http_req q = { .method = "HEAD", .url = url };
+	struct us_http_resp p = { 0 };
+	enum us_status rc = US_OK;
+	struct timespec mt = { 0, 0 };
+
+	*found = false;
+	if (!url)
+		return us_err_set(err, US_E_NOMEM, r->url, "out of memory");
+	if (us_http_do(r->http, &q, &p) != US_OK) {
+		rc = us_err_set(err, US_E_IO, r->url, "cannot reach %s://%s: %s",
+				r->ep.scheme, r->ep.hostport, p.transport);
+	} else if (p.status == 200) {
+		if (!p.has_length || p.content_length > (uint64_t)INT64_MAX)
+			rc = us_err_set(err, US_E_IO, r->url,
+					"HEAD gave no valid Content-Length");
+		else if (p.last_modified[0])
+			us_parse_http_date(p.last_modified, &mt);
+		if (rc == US_OK)
+			rc = us_rm_list_add(&r->list, base ? base + 1 : r->loc.prefix,
+					    p.content_length, p.etag, mt, url);
+		if (rc == US_E_NOMEM)
+			us_err_set(err, rc, r->url, "out of memory");
+		*found = rc == US_OK;
+	} else if (p.status != 404) {
+		rc = s3_fail(r, r->url, &p, err);
+	}
+	us_http_resp_free(&p);
+	free(url);
+	return rc;
+}
+
+static enum us_status s3_listing(struct us_remote *r, struct us_err *err)
+{
+	char *lp = NULL;
+	bool found = false;
+	enum us_status rc;
+
+	if (*r->loc.prefix && asprintf(&lp, "%s/", r->loc.prefix) < 0)
+		return us_err_set(err, US_E_NOMEM, r->url, "out of memory");
+	rc = list_prefix(r, lp ? lp : "", err);
+	free(lp);
+	if (rc == US_OK && r->list.n == 0 && *r->loc.prefix && !r->loc.dir_slash) {
+		rc = head_single(r, &found, err);
+		r->single = found;
+	}
+	if (rc == US_OK && r->list.n == 0)
+		rc = us_err_set(err, US_E_IO, r->url, "nothing under %s", r->url);
+	return rc;
+}
+
+static int obj_cmp(const void *a, const void *b)
+{
+	const struct us_rm_object *x = a, *y = b;
+
+	return strcmp(x->pub.key, y->pub.key);
+}
+
+/* ------------------------------------------------------------- open/free */
+
+/* A store cannot list one key twice; a broken one could (and then
+ * us_remote_find would pick either). */
+static enum us_status check_unique(const struct us_remote *r,
+				   struct us_err *err)
+{
+	for (size_t i = 1; i < r->list.n; i++)
+		if (strcmp(r->list.o[i - 1].pub.key, r->list.o[i].pub.key) == 0)
+			return us_err_set(err, US_E_IO, r->url,
+					  "the listing names %s twice",
+					  r->list.o[i].pub.key);
+	return US_OK;
+}
+
+static enum us_status normalise_url(struct us_remote *r, const char *url,
+				    struct us_err *err)
+{
+	if (strncmp(url, "s3://", 5) == 0) {
+		r->s3 = true;
+		US_TRY(us_s3_parse(url, &r->loc, err));
+		if (asprintf(&r->url, "s3://%s%s%s%s", r->loc.bucket,
+			     *r->loc.prefix || r->loc.dir_slash ? "/" : "",
+			     r->loc.prefix,
+			     *r->loc.prefix && r->loc.dir_slash ? "/" : "") < 0)
+			r->url = NULL;
+	} else {
+		r->url = strdup(url);
+	}
+	if (!r->url)
+		return us_err_set(err, US_E_NOMEM, url, "out of memory");
+	return US_OK;
+}
+
+static enum us_status open_store(struct us_remote *r,
+				 const struct us_remote_opts *o,
+				 struct us_err *err)
+{
+	struct us_http_cfg hc = { .connections = o->connections,
+				  .retries = o->retries,
+				  .timeout_s = o->timeout_s, .ctr = &r->ctr };
+
+	if (r->s3) {
+		US_TRY(us_creds_resolve(o, &r->creds, err));
+		US_TRY(us_s3_endpoint(o->endpoint_url, r->creds.region,
+				      o->addressing, r->loc.bucket, &r->ep, err));
+		hc.creds = &r->creds;
+	}
+	US_TRY(us_http_new(&hc, &r->http, err));
+	if (r->s3)
+		return s3_listing(r, err);
+	return us_https_list(r->http, r->url, &r->list, &r->single, err);
+}
+
+enum us_status us_remote_open(const char *url, const struct us_remote_opts *o,
+			      struct us_remote **out, struct us_err *err)
+{
+	static const struct us_remote_opts none;
+	struct us_remote_opts opts;
+	struct us_remote *r;
+	enum us_status rc;
+
+	*out = NULL;
+	if (!us_remote_is_url(url))
+		return us_err_set(err, US_E_USAGE, url ? url : "(null)",
+				  "not an s3://, https:// or http:// URL");
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return us_err_set(err, US_E_NOMEM, url, "out of memory");
+	pthread_mutex_init(&r->pmu, NULL);
+	pthread_cond_init(&r->pcv, NULL);
+	rc = normalise_url(r, url, err);
+	if (rc == US_OK)
+		rc = take_opts(r, o ? o : &none, &opts, err);
+	if (rc == US_OK && opts.cache_dir && *opts.cache_dir)
+		rc = us_dcache_open(opts.cache_dir, opts.cache_dir_size, &r->dc,
+				    err);
+	if (rc == US_OK)
+		rc = open_store(r, &opts, err);
+	if (rc == US_OK) {
+		r->bc = us_bcache_new(opts.cache_bytes);
+		if (!r->bc)
+			rc = us_err_set(err, US_E_NOMEM, r->url, "out of memory");
+	}
+	if (rc != US_OK) {
+		us_remote_free(r);
+		return rc;
+	}
+	qsort(r->list.o, r->list.n, sizeof(*r->list.o), obj_cmp);
+	rc = check_unique(r, err);
+	if (rc != US_OK) {
+		us_remote_free(r);
+		return rc;
+	}
+	*out = r;
+	return US_OK;
+}
+
+static void pool_stop(struct us_remote *r)
+{
+	pthread_mutex_lock(&r->pmu);
+	r->stopping = true;
+	pthread_cond_broadcast(&r->pcv);
+	pthread_mutex_unlock(&r->pmu);
+	for (unsigned i = 0; i < r->nworkers; i++)
+		pthread_join(r->workers[i], NULL);
+	free(r->workers);
+	/* Jobs nobody took: their claims end as failures (nobody waits). */
+	for (; r->qlen; r->qlen--, r->qhead = (r->qhead + 1) % QUEUE_CAP) {
+		us_bcache_done(r->bc, r->q[r->qhead].b, NULL, 0);
+		us_bcache_put(r->bc, r->q[r->qhead].b);
+	}
+}
+
+void us_remote_free(struct us_remote *r)
+{
+	if (!r)
+		return;
+	pool_stop(r);
+	us_bcache_free(r->bc);
+	us_dcache_free(r->dc);
+	us_http_free(r->http);
+	for (size_t i = 0; i < r->list.n; i++) {
+		free((char *)r->list.o[i].pub.key);
+		free((char *)r->list.o[i].pub.etag);
+		free(r->list.o[i].url);
+	}
+	free(r->list.o);
+	us_creds_free(&r->creds);
+	us_endpoint_free(&r->ep);
+	us_s3_loc_free(&r->loc);
+	pthread_mutex_destroy(&r->pmu);
+	pthread_cond_destroy(&r->pcv);
+	free(r->url);
+	free(r);
+}
+
+size_t us_remote_count(const struct us_remote *r)
+{
+	return r->list.n;
+}
+
+const struct us_remote_object *us_remote_at(const struct us_remote *r, size_t i)
+{
+	return i < r->list.n ? &r->list.o[i].pub : NULL;
+}
+
+const struct us_remote_object *us_remote_find(const struct us_remote *r,
+					      const char *key)
+{
+	size_t lo = 0, hi = r->list.n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(key, r->list.o[mid].pub.key);
+		if (c == 0)
+			return &r->list.o[mid].pub;
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return NULL;
+}
+
+bool us_remote_single(const struct us_remote *r)
+{
+	return r->single;
+}
+
+const char *us_remote_url(const struct us_remote *r)
+{
+	return r->url;
+}
+
+void us_remote_get_stats(const struct us_remote *r, struct us_remote_stats *s)
+{
+	struct us_rm_counters *c = (struct us_rm_counters *)&r->ctr;
+
+	s->requests = atomic_load(&c->requests);
+	s->retries = atomic_load(&c->retries);
+	s->bytes_fetched = atomic_load(&c->bytes_fetched);
+	s->bytes_read = atomic_load(&c->bytes_read);
+	s->disk_hits = atomic_load(&c->disk_hits);
+}
+
+/* ------------------------------------------------------------- fetching */
+
+/* Is @p the answer to "bytes=@start-(@start+@len-1)" of object @o? */
+static bool range_reply_ok(const struct us_rm_object *o,
+			   const struct us_http_resp *p, uint64_t start,
+			   size_t len)
+{
+	uint64_t s, e, total;
+
+	if (p->len != len)
+		return false;
+	/* A changed ETag in the reply is a changed object, If-Match or not. */
+	if (p->etag[0] && o->pub.etag[0] && strcmp(p->etag, o->pub.etag) != 0)
+		return false;
+	if (p->status == 200) /* Range ignored: only the whole object will do */
+		return start == 0 && len == o->pub.size &&
+		       (!p->has_length || p->content_length == o->pub.size);
+	if (p->status != 206 ||
+	    !us_parse_content_range(p->content_range, &s, &e, &total))
+		return false;
+	return s == start && e == start + len - 1 && total == o->pub.size;
+}
+
+static bool disk_name(const struct us_remote *r, const struct us_rm_object *o,
+		      uint64_t blk, char name[65])
+{
+	char id[US_RM_MAX_ETAG + 64];
+
+	/* Without an ETag or a date, nothing tells versions apart. */
+	if (!r->dc || (!o->pub.etag[0] && !o->pub.mtime.tv_sec))
+		return false;
+	snprintf(id, sizeof(id), "%s|%llu|%lld.%09ld", o->pub.etag,
+		 (unsigned long long)o->pub.size, (long long)o->pub.mtime.tv_sec,
+		 o->pub.mtime.tv_nsec);
+	return us_dcache_name("", o->url, id, r->block_size, blk, name);
+}
+
+/* Without a strong ETag (an https server that sends none, or a weak one),
+ * the recorded Last-Modified is the precondition instead: the server
+ * answers 412 if the object changed after it. */
+static const char *unmodified_since(const struct us_rm_object *o,
+				    char date[64])
+{
+	static const char days[] = "SunMonTueWedThuFriSat";
+	static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+	struct tm tm;
+
+	/* Not strftime: %a and %b follow the locale, HTTP wants English. */
+	if (o->strong_etag || !o->pub.mtime.tv_sec ||
+	    !gmtime_r(&o->pub.mtime.tv_sec, &tm))
+		return NULL;
+	snprintf(date, 64, "%.3s, %02d %.3s %04d %02d:%02d:%02d GMT",
+		 days + 3 * tm.tm_wday, tm.tm_mday, months + 3 * tm.tm_mon,
+		 tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+	return date;
+}
+
+/* Fetch block @blk of object @idx: malloc'd bytes, or NULL (EIO). */
+static char *fetch_block(struct us_remote *r, size_t idx, uint64_t blk,
+			 size_t *len)
+{
+	const struct us_rm_object *o = &r->list.o[idx];
+	uint64_t start = blk * r->block_size;
+	char range[64], name[65], date[64];
+	struct us_http_resp p = { 0 };
+	bool named;
+
+	assert(start < o->pub.size);
+	*len = (size_t)(o->pub.size - start < r->block_size
+				? o->pub.size - start : r->block_size);
+	char *data = malloc(*len);
+	if (!data)
+		return NULL;
+	named = disk_name(r, o, blk, name);
+	if (named && us_dcache_get(r->dc, name, data, *len)) {
+		atomic_fetch_add(&r->ctr.disk_hits, 1);
+		return data;
+	}
+	snprintf(range, sizeof(range), "bytes=%llu-%llu",
+		 (unsigned long long)start,
+		 (unsigned long long)(start + *len - 1));
+	struct us_http_req q = { .method = "GET", .url = o->url, .range = range,
+				 .if_match = o->strong_etag ? o->pub.etag : NULL,
+				 .if_unmodified_since = unmodified_since(o, date),
+				 .dst = data, .dst_len = *len };
+	bool ok = us_http_do(r->http, &q, &p) == US_OK &&
+		  range_reply_ok(o, &p, start, *len);
+	us_http_resp_free(&p);
+	if (!ok) {
+		free(data);
+		return NULL;
+	}
+	if (named)
+		us_dcache_put(r->dc, name, data, *len);
+	return data;
+}
+
+/* Fill the block claimed in @b (us_bcache_get returned 1). */
+static bool fill(struct us_remote *r, struct us_block *b)
+{
+	size_t len = 0;
+	char *data = fetch_block(r, b->obj, b->blk, &len);
+
+	us_bcache_done(r->bc, b, data, len);
+	return data != NULL;
+}
+
+/* ------------------------------------------------------------- prefetch */
+
+static void *worker(void *arg)
+{
+	struct us_remote *r = arg;
+	struct job j;
+
+	for (;;) {
+		pthread_mutex_lock(&r->pmu);
+		while (!r->qlen && !r->stopping)
+			pthread_cond_wait(&r->pcv, &r->pmu);
+		if (r->stopping) {
+			pthread_mutex_unlock(&r->pmu);
+			return NULL;
+		}
+		j = r->q[r->qhead];
+		r->qhead = (r->qhead + 1) % QUEUE_CAP;
+		r->qlen--;
+		pthread_mutex_unlock(&r->pmu);
+		fill(r, j.b);
+		us_bcache_put(r->bc, j.b);
+	}
+}
+
+/* Start the workers on first need; without them, reads still work. */
+static void pool_start(struct us_remote *r)
+{
+	if (atomic_load(&r->started))
+		return;
+	pthread_mutex_lock(&r->pmu);
+	if (!atomic_load(&r->started) && !r->stopping && r->depth) {
+		/* One connection fewer than the pool: a reader that misses
+		 * never waits behind a full set of prefetches. */
+		unsigned n = r->connections > 1 ? r->connections - 1 : 1;
+		r->workers = calloc(n, sizeof(*r->workers));
+		for (unsigned i = 0; r->workers && i < n; i++) {
+			if (pthread_create(&r->workers[i], NULL, worker, r) != 0)
+				break;
+			r->nworkers++;
+		}
+	}
+	atomic_store(&r->started, true);
+	pthread_mutex_unlock(&r->pmu);
+}
+
+static void enqueue(struct us_remote *r, size_t idx, uint64_t blk)
+{
+	struct us_block *b;
+
+	if (us_bcache_get(r->bc, idx, blk, true, &b) != 1)
+		return; /* present, in flight, or no memory */
+	pthread_mutex_lock(&r->pmu);
+	if (r->qlen < QUEUE_CAP && r->nworkers && !r->stopping) {
+		r->q[(r->qhead + r->qlen) % QUEUE_CAP] =
+			(struct job){ idx, blk, b };
+		r->qlen++;
+		b = NULL;
+		pthread_cond_signal(&r->pcv);
+	}
+	pthread_mutex_unlock(&r->pmu);
+	if (b) { /* not queued: give the claim back */
+		us_bcache_done(r->bc, b, NULL, 0);
+		us_bcache_put(r->bc, b);
+	}
+}
+
+/*
+ * Sequential detection, per object: `last_blk` is one past the furthest
+ * block the current run reached.  A read that starts in the block after it
+ * (two consecutive blocks) counts, and prefetches the next `depth` blocks;
+ * a read a block or two behind it continues the run without counting, since
+ * FUSE threads deliver the kernel's read-ahead slightly out of order; any
+ * other read starts a new run.  Racy between threads by design: a hint.
+ */
+static void note_read(struct us_remote *r, size_t idx, uint64_t first,
+		      uint64_t last)
+{
+	struct us_rm_object *o = &r->list.o[idx];
+	uint64_t prev = atomic_load(&o->last_blk);
+	uint64_t nblocks = (o->pub.size + r->block_size - 1) / r->block_size;
+
+	if (prev == 0 || first > prev || first + 3 < prev) {
+		atomic_store(&o->last_blk, last + 1);
+		atomic_store(&o->run, 0);
+		return;
+	}
+	while (last + 1 > prev &&
+	       !atomic_compare_exchange_weak(&o->last_blk, &prev, last + 1))
+		;
+	if (first == prev)
+		atomic_fetch_add(&o->run, 1);
+	if (atomic_load(&o->run) == 0 || !r->depth)
+		return;
+	pool_start(r);
+	for (uint64_t b = last + 1; b <= last + r->depth && b < nblocks; b++)
+		enqueue(r, idx, b);
+}
+
+/* ------------------------------------------------------------- reads */
+
+/*
+ * A read of many blocks (the loader reads whole tensors) needs them all
+ * now: while this thread fetches @blk, the workers fetch the next `depth`
+ * of this read, a window that moves with the loop so that the cache never
+ * holds more of one read ahead than it can keep.
+ */
+static void ahead_in_read(struct us_remote *r, size_t idx, uint64_t blk,
+			  uint64_t last)
+{
+	if (blk == last || !r->depth)
+		return;
+	pool_start(r);
+	for (uint64_t b = blk + 1; b <= last && b <= blk + r->depth; b++)
+		enqueue(r, idx, b);
+}
+
+/* The block, referenced, or NULL (EIO).  A block whose fetch failed in
+ * another thread (a prefetch) is tried once more by this one. */
+static struct us_block *get_block(struct us_remote *r, size_t idx,
+				  uint64_t blk)
+{
+	for (int tries = 0; tries < 2; tries++) {
+		struct us_block *b;
+		int rc = us_bcache_get(r->bc, idx, blk, false, &b);
+
+		if (rc == 1) { /* ours to fetch */
+			if (fill(r, b))
+				return b;
+			us_bcache_put(r->bc, b);
+			return NULL;
+		}
+		if (rc == US_OK)
+			return b;
+		us_bcache_put(r->bc, b);
+		if (rc != US_E_IO) /* no memory */
+			return NULL;
+	}
+	return NULL;
+}
+
+enum us_status us_remote_read(struct us_remote *r,
+			      const struct us_remote_object *o, void *buf,
+			      size_t len, uint64_t off)
+{
+	const struct us_rm_object *ro = (const struct us_rm_object *)o;
+	size_t idx = (size_t)(ro - r->list.o);
+	uint64_t bs = r->block_size;
+
+	assert(idx < r->list.n && &r->list.o[idx].pub == o);
+	atomic_fetch_add(&r->ctr.bytes_read, len);
+	if (off > o->size || len > o->size - off) {
+		errno = EIO;
+		return US_E_IO;
+	}
+	if (len == 0)
+		return US_OK;
+	uint64_t first = off / bs, last = (off + len - 1) / bs;
+	note_read(r, idx, first, last);
+	char *dst = buf;
+	for (uint64_t blk = first; blk <= last; blk++) {
+		ahead_in_read(r, idx, blk, last);
+		struct us_block *b = get_block(r, idx, blk);
+		if (!b) {
+			errno = EIO;
+			return US_E_IO;
+		}
+		uint64_t bstart = blk * bs;
+		uint64_t from = off > bstart ? off - bstart : 0;
+		uint64_t to = off + len - bstart < b->len ? off + len - bstart
+							  : b->len;
+		assert(from < to && to <= b->len);
+		memcpy(dst, b->data + from, (size_t)(to - from));
+		dst += to - from;
+		us_bcache_put(r->bc, b);
+	}
+	assert(dst == (char *)buf + len);
+	return US_OK;
+}
