@@ -94,6 +94,13 @@ class _Stats:
 
 class _Handler(socketserver.BaseRequestHandler):
     def setup(self):
+        if hasattr(self.request, "do_handshake"):
+            try:
+                self.request.settimeout(10)
+                self.request.do_handshake()
+                self.request.settimeout(None)
+            except OSError:
+                pass  # handle() then reads nothing and ends the connection
         self.rfile = self.request.makefile("rb")
         self.up = None
         self.served = 0
@@ -265,18 +272,32 @@ class _Handler(socketserver.BaseRequestHandler):
 class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    tls = None  # an ssl.SSLContext: serve https (the handshake runs in the handler thread)
+
+    def get_request(self):
+        sock, addr = super().get_request()
+        if self.tls is not None:
+            sock = self.tls.wrap_socket(sock, server_side=True,
+                                        do_handshake_on_connect=False)
+        return sock, addr
 
 
 class FaultProxy:
-    def __init__(self, upstream_url, port=0):
+    def __init__(self, upstream_url, port=0, tls=None):
+        """@tls: (certfile, keyfile): listen for https (upstream stays plain)."""
         self.upstream = urllib.parse.urlsplit(upstream_url)
         self.stats = _Stats()
         self.lock = threading.Lock()
         self.faults = []
         self.server = _Server(("127.0.0.1", port), _Handler)
         self.server.px = self
+        if tls is not None:
+            import ssl
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self.server.tls = ctx
         self.port = self.server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 

@@ -230,3 +230,20 @@ def test_moto_enforces_if_match(s3, bucket):
     assert hashlib.md5(b"two" * 100).hexdigest() in s3.head_object(Bucket=bucket,
                                                                     Key="o")["ETag"]
 
+
+
+def test_tls_front(moto_server, obj, tmp_path):
+    """tls=(cert, key): the proxy serves https with that certificate (the https SOURCE
+    case); a client that trusts it reads the object, one that does not is refused."""
+    import ssl
+    from test_s3 import _self_signed
+    b, k = obj
+    crt, key = _self_signed(str(tmp_path))
+    with FaultProxy(moto_server.url, tls=(crt, key)) as px:
+        assert px.url.startswith("https://")
+        ctx = ssl.create_default_context(cafile=crt)
+        with urllib.request.urlopen(f"{px.url}/{b}/{k}", context=ctx) as r:
+            assert r.read() == DATA
+        with pytest.raises(urllib.error.URLError):
+            urllib.request.urlopen(f"{px.url}/{b}/{k}",
+                                   context=ssl.create_default_context())
