@@ -265,3 +265,52 @@ def copy_source(src, dst):
     """Copy a fixture (symlinks resolved) so a test can break the copy."""
     shutil.copytree(src, dst, symlinks=False)
     return dst
+
+
+# ---------------------------------------------------------------------------- S3 (issue 21)
+# A real moto server on loopback for the remote-SOURCE tests (test_s3*.py); see s3env.py.
+# Started once per session, only by the tests that ask for it; killed at the end.
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """The session's moto server (s3env.MotoServer): .url is its endpoint URL. The
+    dummy credentials it needs are in os.environ from here on (daemons inherit them)."""
+    import sys
+    import s3env
+    venv = os.environ.get("UNSHARDFS_VENV")
+    py = os.path.join(venv, "bin", "python") if venv else sys.executable
+    try:
+        import moto  # noqa: F401
+    except ImportError:
+        pytest.fail("moto[server] is not installed in this venv: run `bash tools/setup.sh`")
+    server = s3env.MotoServer(python=py)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3(moto_server):
+    """A boto3 S3 client of the moto server (path-style, dummy credentials)."""
+    import s3env
+    return s3env.client(moto_server.url)
+
+
+@pytest.fixture
+def bucket(s3, request):
+    """A fresh bucket of this test's own (a name S3 accepts: lowercase, 3-63 chars)."""
+    import s3env
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower()).strip("-")[:40]
+    name = f"t{next(_BUCKET_SEQ)}-{name}".rstrip("-")
+    return s3env.make_bucket(s3, name)
+
+
+_BUCKET_SEQ = iter(range(1, 1 << 30))
+
+
+@pytest.fixture
+def fault_proxy(moto_server):
+    """A s3proxy.FaultProxy in front of the moto server, faults cleared at the end."""
+    import s3proxy
+    px = s3proxy.FaultProxy(moto_server.url)
+    yield px
+    px.close()

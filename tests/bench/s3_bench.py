@@ -1,0 +1,273 @@
+"""Remote SOURCE benchmarks (issue 21, docs/remote.md), side by side with their peers in
+one run, against a local moto server (results go into docs/benchmarks.md by hand):
+
+    python tests/bench/s3_bench.py [--gb G] [--world W] [--dir D] [--keep]
+
+Generates in D (default $BENCH_DIR or /tmp/unshardfs-bench) a DCP checkpoint of about G
+GB (default 0.5; the issue's targets are stated at >= 4 GB) saved by W gloo CPU
+processes (default 2), FSDP2-like Shard(0) DTensors: a 16-bit (bf16) model and its fp32
+Adam state (exp_avg, exp_avg_sq, step; what get_optimizer_state_dict saves), about 2 +
+8 bytes a parameter. Uploads it to a moto server (python -m moto.server on loopback)
+and measures:
+
+  s1  time to first tensor: mount s3://BUCKET/ckpt + read one tensors/ file, vs boto3
+      download of the whole prefix + torch's dcp_to_torch_save + torch.load(mmap) of
+      one tensor (target >= 100x at >= 4 GB)
+  s2  full read of model.safetensors through the s3:// mount, vs unshardfs mounted on
+      an s3fs-fuse mount of the same bucket (target >= 1.5x)
+  s3  bytes fetched (the mount root's user.unshardfs.remote_stats) for s2's read, vs
+      the weights' bytes (target <= 1.1x)
+
+Each peer is measured even when the s3:// mount fails (before the remote SOURCE code
+is in the build): its row then says so. Needs the test venv (torch, boto3,
+moto[server]) and Debian's s3fs. Not a unit test: numbers.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+import bench  # noqa: E402
+import gen  # noqa: E402
+import s3env  # noqa: E402
+
+BUCKET = "unshardfs-bench"
+PREFIX = "ckpt"
+
+
+# ---------------------------------------------------------------------------- checkpoint
+
+def _worker(rank, world, port, out, nt, rows, cols):
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    g = torch.Generator().manual_seed(2100 + rank)
+
+    def dt(dtype):
+        local = torch.empty(rows // world, cols).uniform_(generator=g).to(dtype)
+        return DTensor.from_local(local, mesh, [Shard(0)], run_check=False,
+                                  shape=(rows, cols), stride=(cols, 1))
+    model, state = {}, {}
+    for i in range(nt):
+        name = f"layers.{i}.weight"
+        model[name] = dt(torch.bfloat16)
+        state[name] = {"step": torch.tensor(1.0), "exp_avg": dt(torch.float32),
+                       "exp_avg_sq": dt(torch.float32)}
+    optim = {"state": state,
+             "param_groups": [{"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8,
+                               "weight_decay": 0.0, "amsgrad": False, "foreach": None,
+                               "maximize": False, "capturable": False,
+                               "differentiable": False, "fused": None,
+                               "params": sorted(model)}]}
+    dcp.save({"model": model, "optim": optim}, checkpoint_id=out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def make_ckpt(out, gb, world=2, rows=2048, cols=2048):
+    """Returns (checkpoint bytes, model weights' bytes, first tensor's name)."""
+    import torch.multiprocessing as mp
+    per = rows * cols * (2 + 4 + 4)
+    nt = max(1, round(gb * 1e9 / per))
+    os.makedirs(out, exist_ok=True)
+    mp.start_processes(_worker, args=(world, gen._free_port(), out, nt, rows, cols),
+                       nprocs=world, start_method="fork")
+    total = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+    return total, nt * rows * cols * 2, "layers.0.weight"
+
+
+# ---------------------------------------------------------------------------- the sides
+
+def first_tensor_ours(url, opts, name):
+    t0 = time.perf_counter()
+    with bench.Mount([bench.US, "-f", "-q", *opts, url], timeout=600) as m:
+        n = bench.read_all(m.path("tensors", name))
+        t = time.perf_counter() - t0
+    return t, n
+
+
+def first_tensor_peer(s3, scratch, name):
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    dl = tempfile.mkdtemp(prefix="s3bench-dl-", dir=scratch)
+    try:
+        t0 = time.perf_counter()
+        s3env.download_prefix(s3, BUCKET, PREFIX, dl)
+        t_dl = time.perf_counter() - t0
+        out = os.path.join(dl, "converted.pt")
+        dcp_to_torch_save(dl, out)
+        sd = torch.load(out, mmap=True, weights_only=True)["model"]
+        t = sd[name].clone()
+        total = time.perf_counter() - t0
+        return total, t_dl, t.numel() * t.element_size()
+    finally:
+        shutil.rmtree(dl, ignore_errors=True)
+
+
+def full_read_ours(url, opts):
+    with bench.Mount([bench.US, "-f", "-q", *opts, url], timeout=600) as m:
+        before = s3env.remote_stats(m)
+        t, n = bench.timed(lambda: bench.read_all(m.path("model.safetensors")))
+        after = s3env.remote_stats(m)
+    return t, n, {k: after[k] - before[k] for k in after}
+
+
+class S3fs:
+    """s3fs-fuse mount of the moto bucket (path-style, the dummy keys)."""
+
+    def __init__(self, endpoint, scratch):
+        self.tmp = tempfile.mkdtemp(prefix="s3bench-s3fs-", dir=scratch)
+        self.mnt = os.path.join(self.tmp, "mnt")
+        os.mkdir(self.mnt)
+        pw = os.path.join(self.tmp, "passwd")
+        with open(pw, "w") as f:
+            f.write(f"{s3env.ACCESS_KEY}:{s3env.SECRET_KEY}\n")
+        os.chmod(pw, 0o600)
+        exe = shutil.which("s3fs")
+        if exe is None:
+            raise RuntimeError("s3fs is not installed (Debian package s3fs; tools/setup.sh)")
+        self.log = open(os.path.join(self.tmp, "log"), "wb")
+        self.proc = subprocess.Popen(
+            [exe, BUCKET, self.mnt, "-f", "-o",
+             f"url={endpoint},use_path_request_style,passwd_file={pw},endpoint="
+             f"{s3env.REGION},ro"], stdout=self.log, stderr=self.log,
+            stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not os.path.ismount(self.mnt):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("s3fs did not mount: " + open(self.log.name).read())
+            time.sleep(0.05)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for _ in range(40):
+            if subprocess.run(["fusermount", "-u", self.mnt], capture_output=True)\
+                    .returncode == 0 or not os.path.ismount(self.mnt):
+                break
+            time.sleep(0.25)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def full_read_peer(endpoint, scratch):
+    """unshardfs on top of s3fs: the stack a user has without remote SOURCEs."""
+    with S3fs(endpoint, scratch) as fs:
+        src = os.path.join(fs.mnt, PREFIX)
+        with bench.us(src) as m:
+            t, n = bench.timed(lambda: bench.read_all(m.path("model.safetensors")))
+    return t, n
+
+
+# ---------------------------------------------------------------------------- main
+
+def attempt(fn, *a):
+    try:
+        return fn(*a), None
+    except Exception as e:  # the row reports it; the peers are still measured
+        msg = str(e).split("did not mount:", 1)[-1].strip()  # bench.Mount: the stderr
+        return None, (msg.splitlines() or [type(e).__name__])[-1][:160]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gb", type=float, default=0.5)
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--dir", default=os.environ.get("BENCH_DIR", "/tmp/unshardfs-bench"))
+    ap.add_argument("--keep", action="store_true", help="keep the generated checkpoint")
+    a = ap.parse_args()
+    os.makedirs(a.dir, exist_ok=True)
+    src = os.path.join(a.dir, f"s3-dcp-{a.gb:g}gb")
+    server = None
+    try:
+        if not os.path.exists(os.path.join(src, ".metadata")):
+            bench.log(f"generating a {a.gb:g} GB DCP (bf16 model + fp32 Adam, "
+                      f"{a.world} ranks)")
+            shutil.rmtree(src, ignore_errors=True)
+            make_ckpt(src, a.gb, a.world)
+        size = sum(os.path.getsize(os.path.join(src, f)) for f in os.listdir(src))
+        weights = None
+        server = s3env.MotoServer(python=sys.executable)
+        s3 = s3env.client(server.url)
+        bench.log(f"uploading {size / 1e9:.2f} GB to moto at {server.url}")
+        s3env.make_bucket(s3, BUCKET)
+        for f in sorted(os.listdir(src)):
+            s3.upload_file(os.path.join(src, f), BUCKET, f"{PREFIX}/{f}")
+        url = f"s3://{BUCKET}/{PREFIX}"
+        opts = list(s3env.remote_opts(server.url))
+        with bench.us(src) as m:  # the local mount: which tensor, how many weight bytes
+            name = sorted(os.listdir(m.path("tensors")))[0]
+            weights = os.path.getsize(m.path("model.safetensors"))
+        bench.drop_caches()
+        bench.log("[s1] unshardfs: mount + first tensor")
+        ours1, err1 = attempt(first_tensor_ours, url, opts, name)
+        bench.drop_caches()
+        bench.log("[s1] peer: boto3 download + dcp_to_torch_save + torch.load")
+        peer1, perr1 = attempt(first_tensor_peer, s3, a.dir, name)
+        bench.drop_caches()
+        bench.log("[s2] unshardfs: full read of model.safetensors")
+        ours2, err2 = attempt(full_read_ours, url, opts)
+        bench.drop_caches()
+        bench.log("[s2] peer: unshardfs over s3fs, full read of model.safetensors")
+        peer2, perr2 = attempt(full_read_peer, server.url, a.dir)
+        load = os.getloadavg()
+    finally:
+        if server is not None:
+            server.stop()
+        if not a.keep:
+            shutil.rmtree(src, ignore_errors=True)
+
+    def cell(r, err, fmt):
+        return fmt(r) if r is not None else f"n/a ({err})"
+
+    g = size / 1e9
+    print(f"| | benchmark ({g:.2f} GB DCP: bf16 model + fp32 Adam, {a.world} ranks, moto "
+          f"on loopback) | unshardfs | peer | ratio | target |")
+    print("|---|---|---|---|---|---|")
+    ratio1 = f"{peer1[0] / ours1[0]:.1f}×" if ours1 and peer1 else "n/a"
+    print(f"| s1 | time to first tensor (mount s3:// + read tensors/{name}) | "
+          f"{cell(ours1, err1, lambda r: f'{r[0]:.2f} s')} | "
+          f"{cell(peer1, perr1, lambda r: f'{r[0]:.2f} s (boto3 download {r[1]:.2f} s + dcp_to_torch_save + torch.load)')} | "
+          f"{ratio1} | ≥ 100× at ≥ 4 GB |")
+    ratio2 = f"{peer2[0] / ours2[0]:.2f}×" if ours2 and peer2 else "n/a"
+    print(f"| s2 | full read of model.safetensors ({weights / 1e9:.2f} GB) | "
+          f"{cell(ours2, err2, lambda r: f'{r[1] / r[0] / 1e9:.2f} GB/s')} | "
+          f"{cell(peer2, perr2, lambda r: f'{r[1] / r[0] / 1e9:.2f} GB/s (unshardfs over s3fs-fuse)')} | "
+          f"{ratio2} | ≥ 1.5× |")
+    ratio3 = f"{ours2[2]['bytes_fetched'] / weights:.3f}×" if ours2 else "n/a"
+    if ours2:
+        d = ours2[2]
+        fetched = (f"{d['bytes_fetched'] / 1e9:.3f} GB in {d['requests']} requests, "
+                   f"{d['retries']} retries")
+    else:
+        fetched = f"n/a ({err2})"
+    print(f"| s3 | bytes fetched for s2's read (remote_stats) vs the weights' bytes | "
+          f"{fetched} | {weights / 1e9:.3f} GB | {ratio3} | ≤ 1.1× |")
+    print(f"\n- load average at the end: {load[0]:.1f} ({os.cpu_count()} CPUs; other jobs "
+          "count too); moto serves every byte from one Python process, so absolute "
+          "rates are moto's, not S3's")
+    if ours1 is None or ours2 is None:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
