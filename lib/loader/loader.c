@@ -31,6 +31,7 @@ static enum us_status remote_from_user(const struct us_loader_opts *lo,
 	r->connections = lo->connections;
 	r->retries = lo->retries;
 	r->timeout_s = lo->timeout_s;
+	r->cache_bytes = lo->cache_size; /* one bound, as the daemon's */
 	if (!lo->addressing)
 		return US_OK;
 	for (a = 0; a < sizeof(addressing) / sizeof(*addressing); a++)

@@ -7,7 +7,9 @@
  * entry is LOADING (one thread fetches it: two threads that want one block
  * make one request), READY, or FAILED (the fetch failed: the entry leaves
  * the table at once, so the next read tries again, and the threads that
- * waited on it see the failure).  Only READY entries with no reference are
+ * waited on it see the failure), or ABANDONED (a prefetch claimed it and
+ * then could not queue it: no fetch was made, so the threads that waited on
+ * it look again instead of failing).  Only READY entries with no reference are
  * on the LRU list and can be evicted; so the bytes held are the bound plus
  * the blocks in use or in flight (threads x block size).
  */
@@ -17,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { B_LOADING, B_READY, B_FAILED };
+enum { B_LOADING, B_READY, B_FAILED, B_ABANDONED };
 
 #define NBUCKETS 4096u
 
@@ -139,6 +141,7 @@ int us_bcache_get(struct us_bcache *c, size_t obj, uint64_t blk,
 
 	*out = NULL;
 	pthread_mutex_lock(&c->mu);
+again:
 	b = lookup(c, obj, blk);
 	if (b && claim_only) {
 		rc = 0;
@@ -166,6 +169,11 @@ int us_bcache_get(struct us_bcache *c, size_t obj, uint64_t blk,
 		lru_unlink(b);
 	while (b->state == B_LOADING)
 		pthread_cond_wait(&c->cv, &c->mu);
+	if (b->state == B_ABANDONED) { /* never fetched: look again */
+		if (--b->refs == 0)
+			block_free(c, b);
+		goto again;
+	}
 	*out = b;
 	rc = b->state == B_READY ? US_OK : US_E_IO;
 out:
@@ -187,6 +195,16 @@ void us_bcache_done(struct us_bcache *c, struct us_block *b, char *data,
 		b->state = B_FAILED;
 		table_remove(c, b);
 	}
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+void us_bcache_abandon(struct us_bcache *c, struct us_block *b)
+{
+	pthread_mutex_lock(&c->mu);
+	assert(b->state == B_LOADING && b->refs > 0);
+	b->state = B_ABANDONED;
+	table_remove(c, b);
 	pthread_cond_broadcast(&c->cv);
 	pthread_mutex_unlock(&c->mu);
 }

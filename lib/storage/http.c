@@ -350,6 +350,31 @@ static bool add_header(struct curl_slist **hl, const char *name,
 	return t != NULL;
 }
 
+/*
+ * The certificates to trust, as the tools users already configure say:
+ * AWS_CA_BUNDLE (the AWS CLI and SDKs), CURL_CA_BUNDLE (curl), SSL_CERT_FILE
+ * and SSL_CERT_DIR (OpenSSL).  libcurl itself reads none of them, and a
+ * private S3-compatible store behind an internal CA is common.  Unset: the
+ * system's bundle, as libcurl was built to use.
+ */
+static void trust(CURL *c)
+{
+	static const char *const files[] = { "AWS_CA_BUNDLE", "CURL_CA_BUNDLE",
+					      "SSL_CERT_FILE" };
+	const char *dir = getenv("SSL_CERT_DIR");
+
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		const char *f = getenv(files[i]);
+
+		if (f && *f) {
+			curl_easy_setopt(c, CURLOPT_CAINFO, f);
+			break;
+		}
+	}
+	if (dir && *dir)
+		curl_easy_setopt(c, CURLOPT_CAPATH, dir);
+}
+
 static void setup(struct us_http *h, CURL *c, const struct us_http_req *q,
 		  struct attempt *a, struct curl_slist *hl, char *errbuf)
 {
@@ -361,6 +386,7 @@ static void setup(struct us_http *h, CURL *c, const struct us_http_req *q,
 	curl_easy_setopt(c, CURLOPT_SHARE, h->share);
 	curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	trust(c);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
 	/* A stalled body aborts after t seconds under 1 KiB/s; the total

@@ -376,6 +376,56 @@ static enum us_status list_directory(struct us_http *h, const char *url,
 	return rc;
 }
 
+/* Is @port (@n bytes) a decimal port number, 1..65535? */
+static bool port_ok(const char *port, size_t n)
+{
+	unsigned long v = 0;
+
+	if (n == 0 || n > 5)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		if (port[i] < '0' || port[i] > '9')
+			return false;
+		v = v * 10 + (unsigned long)(port[i] - '0');
+	}
+	return v >= 1 && v <= 65535;
+}
+
+/*
+ * A malformed http(s) URL is the user's mistake (exit status 1), not a
+ * server that cannot be reached: it needs a host, an optional numeric port,
+ * and a path.  Credentials in the URL are refused, never sent.
+ */
+static enum us_status check_url(const char *url, struct us_err *err)
+{
+	const char *auth = strstr(url, "://") + 3; /* us_remote_is_url */
+	size_t alen = strcspn(auth, "/?#");
+	const char *colon, *end = auth + alen;
+
+	if (memchr(auth, '@', alen))
+		return us_err_set(err, US_E_USAGE, url, "a URL with user:password@ "
+				  "is not a SOURCE (credentials are never sent)");
+	if (*auth == '[') { /* an IPv6 literal */
+		const char *close = memchr(auth, ']', alen);
+
+		colon = close && close + 1 < end && close[1] == ':' ? close + 1 : NULL;
+		if (!close || close == auth + 1 || (close + 1 < end && !colon))
+			return us_err_set(err, US_E_USAGE, url, "the host is not a "
+					  "valid [IPv6] address");
+	} else {
+		colon = memchr(auth, ':', alen);
+		if ((colon ? colon : end) == auth)
+			return us_err_set(err, US_E_USAGE, url, "the URL names no host");
+	}
+	if (colon && !port_ok(colon + 1, (size_t)(end - colon - 1)))
+		return us_err_set(err, US_E_USAGE, url, "the port is not a number "
+				  "from 1 to 65535");
+	if (*end != '/')
+		return us_err_set(err, US_E_USAGE, url, "the URL names no object or "
+				  "directory (http(s)://HOST/PATH/FILE or .../DIR/)");
+	return US_OK;
+}
+
 enum us_status us_https_list(struct us_http *h, const char *url,
 			     struct us_rm_list *l, bool *single,
 			     struct us_err *err)
@@ -385,6 +435,7 @@ enum us_status us_https_list(struct us_http *h, const char *url,
 	enum us_status rc;
 
 	*single = false;
+	US_TRY(check_url(url, err));
 	/* A query names one object (a presigned URL); a fragment is never
 	 * sent, so it cannot be what the user meant. */
 	if (strchr(url, '#'))

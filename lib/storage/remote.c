@@ -670,7 +670,7 @@ static void enqueue(struct us_remote *r, size_t idx, uint64_t blk)
 	}
 	pthread_mutex_unlock(&r->pmu);
 	if (b) { /* not queued: give the claim back */
-		us_bcache_done(r->bc, b, NULL, 0);
+		us_bcache_abandon(r->bc, b);
 		us_bcache_put(r->bc, b);
 	}
 }
@@ -725,27 +725,30 @@ static void ahead_in_read(struct us_remote *r, size_t idx, uint64_t blk,
 		enqueue(r, idx, b);
 }
 
-/* The block, referenced, or NULL (EIO).  A block whose fetch failed in
- * another thread (a prefetch) is tried once more by this one. */
+/*
+ * The block, referenced, or NULL (EIO).  A block whose fetch failed in
+ * another thread (a prefetch, or a reader of the same block) fails this
+ * read too: that fetch already made its 1 + retries tries, and trying again
+ * here would multiply the time a dead store takes to answer EIO by the
+ * number of FUSE requests waiting on the block (the kernel itself retries
+ * a failed read-ahead once, synchronously, so a read's bound is twice one
+ * fetch's: docs/remote.md).
+ */
 static struct us_block *get_block(struct us_remote *r, size_t idx,
 				  uint64_t blk)
 {
-	for (int tries = 0; tries < 2; tries++) {
-		struct us_block *b;
-		int rc = us_bcache_get(r->bc, idx, blk, false, &b);
+	struct us_block *b;
+	int rc = us_bcache_get(r->bc, idx, blk, false, &b);
 
-		if (rc == 1) { /* ours to fetch */
-			if (fill(r, b))
-				return b;
-			us_bcache_put(r->bc, b);
-			return NULL;
-		}
-		if (rc == US_OK)
+	if (rc == 1) { /* ours to fetch */
+		if (fill(r, b))
 			return b;
 		us_bcache_put(r->bc, b);
-		if (rc != US_E_IO) /* no memory */
-			return NULL;
+		return NULL;
 	}
+	if (rc == US_OK)
+		return b;
+	us_bcache_put(r->bc, b);
 	return NULL;
 }
 

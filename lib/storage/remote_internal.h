@@ -279,6 +279,9 @@ int us_bcache_get(struct us_bcache *c, size_t obj, uint64_t blk,
  * @data (malloc'd, @len bytes: the cache owns it) or failed (data NULL). */
 void us_bcache_done(struct us_bcache *c, struct us_block *b, char *data,
 		    size_t len);
+/* us_bcache_abandon - give back a claim never fetched (a prefetch that
+ * could not be queued): threads waiting on it look again, not fail. */
+void us_bcache_abandon(struct us_bcache *c, struct us_block *b);
 void us_bcache_put(struct us_bcache *c, struct us_block *b);
 /* us_bcache_has - is (@obj, @blk) present (ready or in flight)? */
 bool us_bcache_has(struct us_bcache *c, size_t obj, uint64_t blk);

@@ -240,19 +240,19 @@ def _self_signed(tmp):
 
 def test_https_directory_with_index(moto_server, fixtures_bucket, tmp_path):
     """https://127.0.0.1:PORT/DIR/ through a TLS front (s3proxy with a self-signed
-    certificate) that the daemon trusts through SSL_CERT_FILE / CURL_CA_BUNDLE."""
+    certificate) that the daemon trusts through AWS_CA_BUNDLE (CURL_CA_BUNDLE, SSL_CERT_FILE)."""
     from s3proxy import FaultProxy
     crt, key = _self_signed(str(tmp_path))
     local = SOURCES["sample"]
     with FaultProxy(moto_server.url, tls=(crt, key)) as px, \
-            s3env.env(SSL_CERT_FILE=crt, CURL_CA_BUNDLE=crt):
+            s3env.env(AWS_CA_BUNDLE=crt, SSL_CERT_FILE=crt, CURL_CA_BUNDLE=crt):
         url = f"https://127.0.0.1:{px.port}/{BUCKET}/{prefix_of('safetensors-index')}/"
         with mount(local) as lm, mount(url, timeout=MOUNT_TIMEOUT) as hm:
             assert_same_tree(hm, lm, only=["model.safetensors", "pytorch_model.bin",
                                            "config.json"])
         assert px.snapshot()["requests"] > 0
         # an untrusted certificate is a refusal, not a mount
-        with s3env.env(SSL_CERT_FILE=None, CURL_CA_BUNDLE=None):
+        with s3env.env(AWS_CA_BUNDLE=None, SSL_CERT_FILE=None, CURL_CA_BUNDLE=None):
             _path, reason = refuse(url, timeout=60)
             assert reason
 

@@ -183,12 +183,9 @@ def test_5xx_longer_than_the_retries_is_eio_for_that_read(big, fault_proxy):
         fault_proxy.clear()                      # the burst is over
         assert_right(m, b, sums)
         assert_right(m, a, sums)                 # the failed read, again: served now
-        # a bounded burst one longer than the tries of one block (one connection)
-    with mount("s3://faults-big/ckpt", *via(fault_proxy, "--retries=1", "--connections=1"),
-               timeout=MOUNT_TIMEOUT) as m:
-        fault_proxy.add(Fault("status", count=2, status=503))
-        assert_eio(m, c, sums)
-        assert_right(m, c, sums)
+        # (No test of a burst just one longer than one fetch's tries: the kernel
+        # retries a failed read-ahead once itself, synchronously, so such a burst
+        # is absorbed and the read rightly succeeds.)
 
 
 def test_failures_of_one_object_leave_the_others_readable(fault_proxy, s3, bucket,
