@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "storage/remote.h"
+#include "storage/remote_internal.h" /* us_remote_last_error */
 
 struct cli {
 	struct us_remote_opts o;
@@ -230,9 +231,13 @@ static int do_cat(struct us_remote *r, const struct us_remote_object *o,
 			rc = 2;
 		off += n;
 	}
-	if (rc)
+	if (rc) {
+		char why[512];
+		us_remote_last_error(r, why, sizeof(why));
 		fprintf(stderr, "us-remote: %s: read failed at or after %" PRIu64
-				": %s\n", o->key, off, strerror(EIO));
+				": %s (%s)\n", o->key, off, strerror(EIO),
+			why[0] ? why : "past the end");
+	}
 	free(buf);
 	return rc;
 }

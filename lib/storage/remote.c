@@ -50,6 +50,8 @@ struct us_remote {
 	uint64_t block_size;
 	unsigned connections, depth, retries;
 	struct us_rm_counters ctr;
+	pthread_mutex_t emu;     /* last_err */
+	char last_err[512];
 
 	/* The prefetch pool, started lazily (see the top). */
 	pthread_mutex_t pmu;
@@ -387,6 +389,7 @@ enum us_status us_remote_open(const char *url, const struct us_remote_opts *o,
 		return us_err_set(err, US_E_NOMEM, url, "out of memory");
 	pthread_mutex_init(&r->pmu, NULL);
 	pthread_cond_init(&r->pcv, NULL);
+	pthread_mutex_init(&r->emu, NULL);
 	rc = normalise_url(r, url, err);
 	if (rc == US_OK)
 		rc = take_opts(r, o ? o : &none, &opts, err);
@@ -449,6 +452,7 @@ void us_remote_free(struct us_remote *r)
 	us_s3_loc_free(&r->loc);
 	pthread_mutex_destroy(&r->pmu);
 	pthread_cond_destroy(&r->pcv);
+	pthread_mutex_destroy(&r->emu);
 	free(r->url);
 	free(r);
 }
@@ -504,25 +508,62 @@ void us_remote_get_stats(const struct us_remote *r, struct us_remote_stats *s)
 
 /* ------------------------------------------------------------- fetching */
 
-/* Is @p the answer to "bytes=@start-(@start+@len-1)" of object @o? */
-static bool range_reply_ok(const struct us_rm_object *o,
-			   const struct us_http_resp *p, uint64_t start,
-			   size_t len)
+/* Is @p the answer to "bytes=@start-(@start+@len-1)" of object @o?  NULL
+ * if so, else why not (in @why). */
+static const char *range_reply_bad(const struct us_rm_object *o,
+				   const struct us_http_resp *p, uint64_t start,
+				   size_t len, char *why, size_t nwhy)
 {
 	uint64_t s, e, total;
 
-	if (p->len != len)
-		return false;
+	if (p->status == 412)
+		return "the object changed since open (HTTP 412 to the precondition)";
 	/* A changed ETag in the reply is a changed object, If-Match or not. */
-	if (p->etag[0] && o->pub.etag[0] && strcmp(p->etag, o->pub.etag) != 0)
-		return false;
-	if (p->status == 200) /* Range ignored: only the whole object will do */
-		return start == 0 && len == o->pub.size &&
-		       (!p->has_length || p->content_length == o->pub.size);
-	if (p->status != 206 ||
-	    !us_parse_content_range(p->content_range, &s, &e, &total))
-		return false;
-	return s == start && e == start + len - 1 && total == o->pub.size;
+	if ((p->status == 200 || p->status == 206) && p->etag[0] &&
+	    o->pub.etag[0] && strcmp(p->etag, o->pub.etag) != 0)
+		return "the object changed since open (another ETag)";
+	if (p->status == 200) { /* Range ignored: only the whole object will do */
+		if (start == 0 && len == o->pub.size && p->len == len &&
+		    (!p->has_length || p->content_length == o->pub.size))
+			return NULL;
+		return "the server ignored the Range header";
+	}
+	if (p->status != 206) {
+		snprintf(why, nwhy, "HTTP %ld", p->status);
+		return why;
+	}
+	if (p->len != len) {
+		snprintf(why, nwhy, "%zu of %zu bytes, after the retries", p->len,
+			 len);
+		return why;
+	}
+	if (!us_parse_content_range(p->content_range, &s, &e, &total) ||
+	    s != start || e != start + len - 1) {
+		snprintf(why, nwhy, "Content-Range \"%s\" is not the range asked for",
+			 p->content_range);
+		return why;
+	}
+	if (total != o->pub.size)
+		return "the object changed since open (another size)";
+	return NULL;
+}
+
+/* Keep why a read failed, for us_remote_last_error. */
+static void read_failed(struct us_remote *r, const struct us_rm_object *o,
+			uint64_t start, size_t len, const char *why)
+{
+	pthread_mutex_lock(&r->emu);
+	snprintf(r->last_err, sizeof(r->last_err), "%s: bytes %llu-%llu: %s",
+		 o->pub.key, (unsigned long long)start,
+		 (unsigned long long)(start + len - 1), why);
+	pthread_mutex_unlock(&r->emu);
+}
+
+void us_remote_last_error(struct us_remote *r, char *buf, size_t n)
+{
+	pthread_mutex_lock(&r->emu);
+	snprintf(buf, n, "%s", r->last_err);
+	pthread_mutex_unlock(&r->emu);
 }
 
 static bool disk_name(const struct us_remote *r, const struct us_rm_object *o,
@@ -587,10 +628,15 @@ static char *fetch_block(struct us_remote *r, size_t idx, uint64_t blk,
 				 .if_match = o->strong_etag ? o->pub.etag : NULL,
 				 .if_unmodified_since = unmodified_since(o, date),
 				 .dst = data, .dst_len = *len };
-	bool ok = us_http_do(r->http, &q, &p) == US_OK &&
-		  range_reply_ok(o, &p, start, *len);
+	char why[160];
+	const char *bad = us_http_do(r->http, &q, &p) != US_OK
+				  ? p.transport
+				  : range_reply_bad(o, &p, start, *len, why,
+						    sizeof(why));
+	if (bad)
+		read_failed(r, o, start, *len, bad);
 	us_http_resp_free(&p);
-	if (!ok) {
+	if (bad) {
 		free(data);
 		return NULL;
 	}

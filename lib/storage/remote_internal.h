@@ -309,6 +309,13 @@ bool us_dcache_get(struct us_dcache *d, const char *name, char *buf,
 void us_dcache_put(struct us_dcache *d, const char *name, const char *buf,
 		   size_t len);
 
+/* ---------------------------------------------------------------- remote.c */
+
+/* us_remote_last_error - why the last failed read failed ("KEY: bytes
+ * A-B: the object changed since open ..."), "" if none did; for us-remote
+ * and logs (remote.h's reads only say EIO). */
+void us_remote_last_error(struct us_remote *r, char *buf, size_t n);
+
 /* ----------------------------------------------------------- https_index.c */
 
 /* The private view of one object of the listing. */

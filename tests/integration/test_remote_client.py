@@ -258,7 +258,7 @@ def test_rewritten_object_fails_not_mixed(moto):
     no_sanitizer_report(err)
     assert proc.returncode == 2, err
     assert b"B" not in out and out == b""
-    assert b"read failed" in err
+    assert b"read failed" in err and b"changed since open (HTTP 412" in err
     assert stats(subprocess.CompletedProcess([], 0, out, err))["retries"] == 0  # 412: no retry
 
 
@@ -515,7 +515,7 @@ def test_transient_faults_are_retried(faulty, fault):
 def test_retries_run_out_then_next_read_works(faulty):
     Faulty.FAULTS[:] = ["503"] * 3
     p = fcat(faulty, "--retries=2")
-    assert p.returncode == 2 and p.stdout == b""
+    assert p.returncode == 2 and p.stdout == b"" and b"HTTP 503" in p.stderr
     assert stats(p)["retries"] == 2
     Faulty.FAULTS[:] = []
     assert fcat(faulty, "--retries=2").returncode == 0
@@ -525,6 +525,7 @@ def test_content_range_mismatch_is_eio(faulty):
     Faulty.FAULTS[:] = ["badrange"]
     p = fcat(faulty)
     assert p.returncode == 2 and p.stdout == b""
+    assert b"changed since open (another size)" in p.stderr
 
 
 def test_stalled_body_times_out(faulty):
