@@ -263,6 +263,21 @@ def test_broken_bodies_are_retried_or_eio_never_wrong_bytes(kind, big, fault_pro
 
 # ---------------------------------------------------------------------------- consistency
 
+def assert_if_match(px, etags):
+    """Every range GET the proxy saw (since its stats were reset after the mount)
+    carried If-Match with the ETag the object had at mount (@etags: {"/BUCKET/KEY":
+    etag}; objects not in it: any If-Match)."""
+    ranged = [(t, h) for m, t, h in px.snapshot()["requests_log"]
+              if m == "GET" and any(k.lower() == "range" for k, _v in h)]
+    assert ranged, "no range GET went through the proxy"
+    for target, headers in ranged:
+        path = target.split("?", 1)[0]
+        im = [v for k, v in headers if k.lower() == "if-match"]
+        assert im, f"a range GET of {target} without If-Match"
+        if path in etags:
+            assert im[0].strip('"') == etags[path].strip('"'), (target, im[0], etags[path])
+
+
 def _two_shards(tmp_path, s3, bucket, seed=7):
     """model-0000{1,2}-of-00002.safetensors + index, 2 tensors of 1 MiB each, uploaded
     to s3://@bucket/ckpt. Returns ({name: sha}, {1: [names], 2: [names]})."""
@@ -287,7 +302,10 @@ def test_object_rewritten_after_mount_is_eio(fault_proxy, s3, bucket, tmp_path):
     """Every range GET carries If-Match with the mount's ETag: shard 2 rewritten (same
     size, new bytes) makes the reads that need it EIO; shard 1 still reads."""
     sums, names = _two_shards(tmp_path, s3, bucket)
+    etags = {f"/{bucket}/{k}": s3.head_object(Bucket=bucket, Key=k)["ETag"]
+             for k in s3env.list_keys(s3, bucket, "ckpt/")}
     with mount(f"s3://{bucket}/ckpt", *via(fault_proxy), timeout=MOUNT_TIMEOUT) as m:
+        fault_proxy.reset_stats()  # from here on, every range GET carries If-Match
         size = os.path.getsize(os.path.join(m, "model.safetensors"))
         assert_right(m, names[1][0], sums)
         assert_right(m, names[2][0], sums)
@@ -303,9 +321,8 @@ def test_object_rewritten_after_mount_is_eio(fault_proxy, s3, bucket, tmp_path):
         assert r["errno"] or r["sha"] == sums[names[2][0]]
         r = child_read(os.path.join(m, "model.safetensors"))
         assert r["errno"] == errno.EIO, "the whole model needs shard 2: EIO, not new bytes"
-        ifmatch = [h for h in fault_proxy.snapshot()["log"] if h[2]]
-        assert ifmatch, "range GETs went through the proxy"
         assert os.path.getsize(os.path.join(m, "model.safetensors")) == size
+    assert_if_match(fault_proxy, etags)
 
 
 def test_cache_dir_does_not_serve_a_rewritten_object(fault_proxy, s3, bucket, tmp_path):
@@ -408,7 +425,41 @@ def test_full_read_fetches_at_most_1_1x(big, fault_proxy):
         after = s3env.remote_stats(m)
     fetched = after["bytes_fetched"] - before["bytes_fetched"]
     wire = fault_proxy.snapshot()["body_bytes"]
+    assert_if_match(fault_proxy, {})
     assert fetched <= 1.1 * size, f"fetched {fetched} for a {size}-byte read"
     assert wire <= 1.1 * size, f"{wire} body bytes on the wire for a {size}-byte read"
     assert after["bytes_read"] - before["bytes_read"] >= size - (64 << 10)
     assert fetched >= 0.9 * NT * TSIZE, "remote_stats' bytes_fetched counts the data"
+
+
+def test_metadata_at_mount_tensor_bytes_on_demand(big, fault_proxy):
+    """The mount fetches metadata, not tensors; one tensor's read fetches its aligned
+    blocks (each Range starts and ends on a --block-size boundary, or at the object's
+    end), about its own bytes; at most --connections requests are in flight at once."""
+    d, sums, order = big
+    sizes = {f"/faults-big/ckpt/{f}": os.path.getsize(os.path.join(d, f))
+             for f in os.listdir(d)}
+    size = os.path.getsize(os.path.join(d, "model.safetensors"))
+    block = 256 << 10
+    with mount("s3://faults-big/ckpt", *via(fault_proxy, "--connections=2"),
+               timeout=MOUNT_TIMEOUT) as m:
+        at_mount = fault_proxy.snapshot()
+        assert at_mount["body_bytes"] < size // 8, \
+            f"{at_mount['body_bytes']} bytes fetched at mount of a {size}-byte checkpoint"
+        fault_proxy.reset_stats()
+        assert_right(m, order[5], sums)
+        one = fault_proxy.snapshot()
+        assert one["body_bytes"] <= TSIZE + 2 * block, one["body_bytes"]
+        r = child_read(os.path.join(m, "model.safetensors"))
+        assert r["errno"] == 0
+        s = fault_proxy.snapshot()
+    for method, target, headers in s["requests_log"]:
+        rng = [v for k, v in headers if k.lower() == "range"]
+        if method != "GET" or not rng:
+            continue
+        a, _, b = rng[0].removeprefix("bytes=").partition("-")
+        end = sizes.get(target.split("?")[0])
+        assert int(a) % block == 0, f"{rng[0]}: not on a block boundary"
+        assert (int(b) + 1) % block == 0 or int(b) + 1 == end, \
+            f"{target} {rng[0]}: does not end on a block boundary or at the object's end"
+    assert s["max_inflight"] <= 2, f"{s['max_inflight']} requests in flight, --connections=2"
