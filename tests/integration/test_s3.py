@@ -479,3 +479,14 @@ def test_refusal_line_format_for_urls(moto_server):
                            timeout=60)
     assert REFUSAL_RE.match(f"unshardfs: {path}: x")
     assert path.startswith("s3://no-such-bucket-two")
+
+
+def test_bucket_root_as_source(moto_server, s3, bucket):
+    """s3://BUCKET (no prefix) is the bucket's root: a checkpoint there mounts; an empty
+    bucket is a refusal (nothing under the prefix)."""
+    refuse(f"s3://{bucket}", *remote_opts(moto_server.url), timeout=60)
+    refuse(f"s3://{bucket}/", *remote_opts(moto_server.url), timeout=60)
+    s3env.upload_tree(s3, SOURCES["noindex"], bucket, "")
+    with mount(SOURCES["noindex"]) as lm, \
+            remote_mount(f"s3://{bucket}", endpoint=moto_server.url) as rm:
+        assert_same_tree(rm, lm)
