@@ -490,3 +490,19 @@ def test_bucket_root_as_source(moto_server, s3, bucket):
     with mount(SOURCES["noindex"]) as lm, \
             remote_mount(f"s3://{bucket}", endpoint=moto_server.url) as rm:
         assert_same_tree(rm, lm)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_uploads_are_the_fixtures(family, moto_server, fixtures_bucket):
+    """The harness itself, checked without the remote SOURCE code: the uploaded prefix,
+    seen through an independent client (s3fs-fuse) and mounted by unshardfs as a local
+    directory, serves exactly the local fixture's tree - so what test_s3_mount_equals_
+    local_mount compares against is what a correct s3:// mount must show."""
+    from conftest import require_tool
+    require_tool("s3fs")
+    local, opts = FAMILIES[family]
+    with s3env.S3fs(BUCKET, moto_server.url) as fs:
+        src = os.path.join(fs.mnt, prefix_of(family))
+        assert sorted(s3env.tree_files(src)) == sorted(s3env.tree_files(local))
+        with mount(local, *opts) as lm, mount(src, *opts, timeout=MOUNT_TIMEOUT) as sm:
+            assert_same_tree(sm, lm)
