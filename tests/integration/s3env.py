@@ -24,6 +24,11 @@ import urllib.request
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
 REGION = "us-east-1"
+# the profile `unshardfs-test` has keys of its own, so a test can tell which were used
+PROFILE = "unshardfs-test"
+PROFILE_KEY = "profilekey"
+PROFILE_SECRET = "profilesecret"
+PROFILE_REGION = "eu-west-3"
 
 _CRED_DIR = None
 
@@ -37,18 +42,18 @@ def free_port():
 def use_dummy_credentials():
     """Dummy AWS credentials in this process's environment (inherited by every daemon
     and subprocess), and a private shared-credentials/config pair holding a profile
-    `unshardfs-test` with the same keys. Returns that directory."""
+    `unshardfs-test` with keys (and a region) of its own. Returns that directory."""
     global _CRED_DIR
     if _CRED_DIR is None:
         _CRED_DIR = tempfile.mkdtemp(prefix="unshardfs-aws-")
         with open(os.path.join(_CRED_DIR, "credentials"), "w") as f:
             f.write(f"[default]\naws_access_key_id = {ACCESS_KEY}\n"
                     f"aws_secret_access_key = {SECRET_KEY}\n\n"
-                    f"[unshardfs-test]\naws_access_key_id = {ACCESS_KEY}\n"
-                    f"aws_secret_access_key = {SECRET_KEY}\n")
+                    f"[{PROFILE}]\naws_access_key_id = {PROFILE_KEY}\n"
+                    f"aws_secret_access_key = {PROFILE_SECRET}\n")
         with open(os.path.join(_CRED_DIR, "config"), "w") as f:
             f.write(f"[default]\nregion = {REGION}\n\n"
-                    f"[profile unshardfs-test]\nregion = {REGION}\n")
+                    f"[profile {PROFILE}]\nregion = {PROFILE_REGION}\n")
     os.environ.update(
         AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
         AWS_DEFAULT_REGION=REGION, AWS_REGION=REGION,
