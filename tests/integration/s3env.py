@@ -10,6 +10,7 @@ anything starts, so the daemons the tests spawn inherit them and never read the 
 real ~/.aws (AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE point at files of this
 session's own).
 """
+import atexit
 import contextlib
 import os
 import shutil
@@ -46,6 +47,7 @@ def use_dummy_credentials():
     global _CRED_DIR
     if _CRED_DIR is None:
         _CRED_DIR = tempfile.mkdtemp(prefix="unshardfs-aws-")
+        atexit.register(shutil.rmtree, _CRED_DIR, True)
         with open(os.path.join(_CRED_DIR, "credentials"), "w") as f:
             f.write(f"[default]\naws_access_key_id = {ACCESS_KEY}\n"
                     f"aws_secret_access_key = {SECRET_KEY}\n\n"
