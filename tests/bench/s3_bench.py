@@ -126,52 +126,9 @@ def full_read_ours(url, opts):
     return t, n, {k: after[k] - before[k] for k in after}
 
 
-class S3fs:
-    """s3fs-fuse mount of the moto bucket (path-style, the dummy keys)."""
-
-    def __init__(self, endpoint, scratch):
-        self.tmp = tempfile.mkdtemp(prefix="s3bench-s3fs-", dir=scratch)
-        self.mnt = os.path.join(self.tmp, "mnt")
-        os.mkdir(self.mnt)
-        pw = os.path.join(self.tmp, "passwd")
-        with open(pw, "w") as f:
-            f.write(f"{s3env.ACCESS_KEY}:{s3env.SECRET_KEY}\n")
-        os.chmod(pw, 0o600)
-        exe = shutil.which("s3fs")
-        if exe is None:
-            raise RuntimeError("s3fs is not installed (Debian package s3fs; tools/setup.sh)")
-        self.log = open(os.path.join(self.tmp, "log"), "wb")
-        self.proc = subprocess.Popen(
-            [exe, BUCKET, self.mnt, "-f", "-o",
-             f"url={endpoint},use_path_request_style,passwd_file={pw},endpoint="
-             f"{s3env.REGION},ro"], stdout=self.log, stderr=self.log,
-            stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while not os.path.ismount(self.mnt):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("s3fs did not mount: " + open(self.log.name).read())
-            time.sleep(0.05)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        for _ in range(40):
-            if subprocess.run(["fusermount", "-u", self.mnt], capture_output=True)\
-                    .returncode == 0 or not os.path.ismount(self.mnt):
-                break
-            time.sleep(0.25)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-
 def full_read_peer(endpoint, scratch):
     """unshardfs on top of s3fs: the stack a user has without remote SOURCEs."""
-    with S3fs(endpoint, scratch) as fs:
+    with s3env.S3fs(BUCKET, endpoint, scratch) as fs:
         src = os.path.join(fs.mnt, PREFIX)
         with bench.us(src) as m:
             t, n = bench.timed(lambda: bench.read_all(m.path("model.safetensors")))

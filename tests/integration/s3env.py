@@ -10,6 +10,7 @@ anything starts, so the daemons the tests spawn inherit them and never read the 
 real ~/.aws (AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE point at files of this
 session's own).
 """
+import atexit
 import contextlib
 import os
 import shutil
@@ -24,6 +25,11 @@ import urllib.request
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
 REGION = "us-east-1"
+# the profile `unshardfs-test` has keys of its own, so a test can tell which were used
+PROFILE = "unshardfs-test"
+PROFILE_KEY = "profilekey"
+PROFILE_SECRET = "profilesecret"
+PROFILE_REGION = "eu-west-3"
 
 _CRED_DIR = None
 
@@ -37,18 +43,19 @@ def free_port():
 def use_dummy_credentials():
     """Dummy AWS credentials in this process's environment (inherited by every daemon
     and subprocess), and a private shared-credentials/config pair holding a profile
-    `unshardfs-test` with the same keys. Returns that directory."""
+    `unshardfs-test` with keys (and a region) of its own. Returns that directory."""
     global _CRED_DIR
     if _CRED_DIR is None:
         _CRED_DIR = tempfile.mkdtemp(prefix="unshardfs-aws-")
+        atexit.register(shutil.rmtree, _CRED_DIR, True)
         with open(os.path.join(_CRED_DIR, "credentials"), "w") as f:
             f.write(f"[default]\naws_access_key_id = {ACCESS_KEY}\n"
                     f"aws_secret_access_key = {SECRET_KEY}\n\n"
-                    f"[unshardfs-test]\naws_access_key_id = {ACCESS_KEY}\n"
-                    f"aws_secret_access_key = {SECRET_KEY}\n")
+                    f"[{PROFILE}]\naws_access_key_id = {PROFILE_KEY}\n"
+                    f"aws_secret_access_key = {PROFILE_SECRET}\n")
         with open(os.path.join(_CRED_DIR, "config"), "w") as f:
             f.write(f"[default]\nregion = {REGION}\n\n"
-                    f"[profile unshardfs-test]\nregion = {REGION}\n")
+                    f"[profile {PROFILE}]\nregion = {PROFILE_REGION}\n")
     os.environ.update(
         AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
         AWS_DEFAULT_REGION=REGION, AWS_REGION=REGION,
@@ -241,3 +248,64 @@ def env(**kv):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+class S3fs:
+    """An s3fs-fuse mount (Debian's s3fs) of @bucket on the S3 endpoint @endpoint
+    (path-style, the dummy keys, read-only): the peer of tests/bench/s3_bench.py, and
+    the tests' independent view of what was uploaded. .mnt is the mount point."""
+
+    def __init__(self, bucket, endpoint, scratch=None, timeout=60):
+        self.tmp = tempfile.mkdtemp(prefix="unshardfs-s3fs-", dir=scratch)
+        self.mnt = os.path.join(self.tmp, "mnt")
+        os.mkdir(self.mnt)
+        pw = os.path.join(self.tmp, "passwd")
+        with open(pw, "w") as f:
+            f.write(f"{ACCESS_KEY}:{SECRET_KEY}\n")
+        os.chmod(pw, 0o600)
+        exe = shutil.which("s3fs")
+        if exe is None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise RuntimeError("s3fs is not installed (Debian package s3fs; tools/setup.sh)")
+        self.log = open(os.path.join(self.tmp, "log"), "wb")
+        self.proc = subprocess.Popen(
+            [exe, bucket, self.mnt, "-f", "-o",
+             f"url={endpoint},use_path_request_style,passwd_file={pw},"
+             f"endpoint={REGION},ro"],
+            stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while not os.path.ismount(self.mnt):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError("s3fs did not mount: " + self.log_text())
+            time.sleep(0.05)
+
+    def log_text(self):
+        try:
+            with open(self.log.name, "rb") as f:
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def close(self):
+        for _ in range(40):
+            if not os.path.ismount(self.mnt):
+                break
+            if subprocess.run(["fusermount3", "-u", self.mnt],
+                              capture_output=True).returncode == 0:
+                break
+            time.sleep(0.25)
+        if self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

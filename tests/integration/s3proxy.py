@@ -76,6 +76,7 @@ class _Stats:
         self.reset()
 
     def reset(self):
+        self.open_connections = getattr(self, "open_connections", 0)
         self.requests = 0
         self.range_gets = 0
         self.gets = 0
@@ -84,12 +85,18 @@ class _Stats:
         self.faults = 0
         self.connections = 0
         self.max_conn_requests = 0  # most requests served on one client connection
+        # live counts survive a reset; their maxima start again from them
+        self.inflight = getattr(self, "inflight", 0)  # received, not yet answered
+        self.max_inflight = self.inflight
+        self.max_open_connections = self.open_connections
         self.log = []            # (method, path, range, status, sent)
+        self.requests_log = []   # (method, path, [(header, value), ...]) as received
 
     def snapshot(self):
         with self.lock:
-            return {k: v for k, v in self.__dict__.items() if k not in ("lock", "log")} | {
-                "log": list(self.log)}
+            skip = ("lock", "log", "requests_log")
+            return {k: v for k, v in self.__dict__.items() if k not in skip} | {
+                "log": list(self.log), "requests_log": list(self.requests_log)}
 
 
 class _Handler(socketserver.BaseRequestHandler):
@@ -104,10 +111,16 @@ class _Handler(socketserver.BaseRequestHandler):
         self.rfile = self.request.makefile("rb")
         self.up = None
         self.served = 0
-        with self.server.px.stats.lock:
-            self.server.px.stats.connections += 1
+        st = self.server.px.stats
+        with st.lock:
+            st.connections += 1
+            st.open_connections += 1
+            st.max_open_connections = max(st.max_open_connections, st.open_connections)
 
     def finish(self):
+        st = self.server.px.stats
+        with st.lock:
+            st.open_connections -= 1
         try:
             self.rfile.close()
         except OSError:
@@ -128,6 +141,9 @@ class _Handler(socketserver.BaseRequestHandler):
             self.served += 1
             with px.stats.lock:
                 px.stats.requests += 1
+                px.stats.requests_log.append((method, target, headers))
+                px.stats.inflight += 1
+                px.stats.max_inflight = max(px.stats.max_inflight, px.stats.inflight)
                 px.stats.max_conn_requests = max(px.stats.max_conn_requests, self.served)
                 if method == "GET":
                     px.stats.gets += 1
@@ -141,6 +157,9 @@ class _Handler(socketserver.BaseRequestHandler):
                     return
             except OSError:
                 return
+            finally:
+                with px.stats.lock:
+                    px.stats.inflight -= 1
             if not keep:
                 return
 
@@ -223,8 +242,9 @@ class _Handler(socketserver.BaseRequestHandler):
             head = (f"HTTP/1.1 {fault.status} {http.client.responses.get(fault.status, '')}"
                     f"\r\nContent-Type: application/xml\r\nContent-Length: {len(msg)}\r\n"
                     f"Connection: {'keep-alive' if keep else 'close'}\r\n\r\n")
-            sock.sendall(head.encode("latin-1") + (msg if method != "HEAD" else b""))
+            # logged before sending: a client that has its answer finds it in the log
             px._log(method, target, headers, fault.status, len(msg))
+            sock.sendall(head.encode("latin-1") + (msg if method != "HEAD" else b""))
             return True
         resp = self._forward(method, target, headers, body)
         data = resp.read()  # the body, whatever upstream's framing was
@@ -247,15 +267,16 @@ class _Handler(socketserver.BaseRequestHandler):
             time.sleep(fault.seconds)
         if fault is not None and fault.kind in ("reset", "short") and data:
             after = len(data) // 2 if fault.after is None else min(fault.after, len(data) - 1)
-            sock.sendall(head + data[:after])
             px._count_body(after)
             px._log(method, target, headers, resp.status, after)
+            sock.sendall(head + data[:after])
             if fault.kind == "reset":
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 sock.close()
             else:
                 sock.shutdown(socket.SHUT_RDWR)
             return False
+        px._log(method, target, headers, resp.status, len(data))
         if fault is not None and fault.kind == "trickle":
             sock.sendall(head)
             for i in range(0, len(data), fault.chunk):
@@ -263,9 +284,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 sock.sendall(data[i:i + fault.chunk])
                 px._count_body(min(fault.chunk, len(data) - i))
         else:
-            sock.sendall(head + data)
             px._count_body(len(data))
-        px._log(method, target, headers, resp.status, len(data))
+            sock.sendall(head + data)
         return True
 
 

@@ -53,6 +53,7 @@ def test_passthrough_keepalive_and_counts(fault_proxy, obj):
     assert s["body_bytes"] == 10_000 == s["upstream_bytes"]
     assert s["connections"] == 0 and s["max_conn_requests"] == 12, \
         "keep-alive: the PUT's connection carried every request"
+    assert s["max_inflight"] == 1 and s["open_connections"] == 1
     assert all(st == 206 for _m, _p, _r, st, _n in s["log"])
     assert get(c, b, k) == DATA
     head = c.head_object(Bucket=b, Key=k)
