@@ -30,6 +30,12 @@
 #define MAX_CONNS 256u
 #define MAX_PAGES (US_RM_MAX_OBJECTS / 1000u + 16u)
 #define QUEUE_CAP 256u
+/* Reads smaller than this, in no run of at least as much, fetch only the
+ * SMALL_PAGE-aligned pages they touch (small_read). */
+#define SMALL_READ (256u << 10)
+#define SMALL_PAGE (64u << 10)
+/* Small pages share the block cache: their keys have the top bit set. */
+#define PAGE_KEY (1ull << 63)
 
 struct job {
 	size_t obj;
@@ -600,14 +606,40 @@ static const char *unmodified_since(const struct us_rm_object *o,
 	return date;
 }
 
+/* GET bytes [@start, @start + @len) of object @idx into @dst, checked
+ * against the recorded identity; false (EIO) when they cannot be had. */
+static bool fetch_range(struct us_remote *r, size_t idx, uint64_t start,
+			size_t len, char *dst)
+{
+	const struct us_rm_object *o = &r->list.o[idx];
+	char range[64], date[64], why[160];
+	struct us_http_resp p = { 0 };
+
+	assert(len > 0 && start < o->pub.size && len <= o->pub.size - start);
+	snprintf(range, sizeof(range), "bytes=%llu-%llu",
+		 (unsigned long long)start,
+		 (unsigned long long)(start + len - 1));
+	struct us_http_req q = { .method = "GET", .url = o->url, .range = range,
+				 .if_match = o->strong_etag ? o->pub.etag : NULL,
+				 .if_unmodified_since = unmodified_since(o, date),
+				 .dst = dst, .dst_len = len };
+	const char *bad = us_http_do(r->http, &q, &p) != US_OK
+				  ? p.transport
+				  : range_reply_bad(o, &p, start, len, why,
+						    sizeof(why));
+	if (bad)
+		read_failed(r, o, start, len, bad);
+	us_http_resp_free(&p);
+	return !bad;
+}
+
 /* Fetch block @blk of object @idx: malloc'd bytes, or NULL (EIO). */
 static char *fetch_block(struct us_remote *r, size_t idx, uint64_t blk,
 			 size_t *len)
 {
 	const struct us_rm_object *o = &r->list.o[idx];
 	uint64_t start = blk * r->block_size;
-	char range[64], name[65], date[64];
-	struct us_http_resp p = { 0 };
+	char name[65];
 	bool named;
 
 	assert(start < o->pub.size);
@@ -621,22 +653,7 @@ static char *fetch_block(struct us_remote *r, size_t idx, uint64_t blk,
 		atomic_fetch_add(&r->ctr.disk_hits, 1);
 		return data;
 	}
-	snprintf(range, sizeof(range), "bytes=%llu-%llu",
-		 (unsigned long long)start,
-		 (unsigned long long)(start + *len - 1));
-	struct us_http_req q = { .method = "GET", .url = o->url, .range = range,
-				 .if_match = o->strong_etag ? o->pub.etag : NULL,
-				 .if_unmodified_since = unmodified_since(o, date),
-				 .dst = data, .dst_len = *len };
-	char why[160];
-	const char *bad = us_http_do(r->http, &q, &p) != US_OK
-				  ? p.transport
-				  : range_reply_bad(o, &p, start, *len, why,
-						    sizeof(why));
-	if (bad)
-		read_failed(r, o, start, *len, bad);
-	us_http_resp_free(&p);
-	if (bad) {
+	if (!fetch_range(r, idx, start, *len, data)) {
 		free(data);
 		return NULL;
 	}
@@ -645,11 +662,31 @@ static char *fetch_block(struct us_remote *r, size_t idx, uint64_t blk,
 	return data;
 }
 
-/* Fill the block claimed in @b (us_bcache_get returned 1). */
+/* Fetch small page @pg (PAGE_KEY | index) of object @idx: malloc'd. */
+static char *fetch_page(struct us_remote *r, size_t idx, uint64_t pg,
+			size_t *len)
+{
+	const struct us_rm_object *o = &r->list.o[idx];
+	uint64_t start = (pg & ~PAGE_KEY) * SMALL_PAGE;
+	char *data;
+
+	assert(start < o->pub.size);
+	*len = (size_t)(o->pub.size - start < SMALL_PAGE ? o->pub.size - start
+							  : SMALL_PAGE);
+	data = malloc(*len);
+	if (data && !fetch_range(r, idx, start, *len, data)) {
+		free(data);
+		data = NULL;
+	}
+	return data;
+}
+
+/* Fill the block or small page claimed in @b (us_bcache_get returned 1). */
 static bool fill(struct us_remote *r, struct us_block *b)
 {
 	size_t len = 0;
-	char *data = fetch_block(r, b->obj, b->blk, &len);
+	char *data = b->blk & PAGE_KEY ? fetch_page(r, b->obj, b->blk, &len)
+				       : fetch_block(r, b->obj, b->blk, &len);
 
 	us_bcache_done(r->bc, b, data, len);
 	return data != NULL;
@@ -722,31 +759,39 @@ static void enqueue(struct us_remote *r, size_t idx, uint64_t blk)
 }
 
 /*
- * Sequential detection, per object: `last_blk` is one past the furthest
- * block the current run reached.  A read that starts in the block after it
- * (two consecutive blocks) counts, and prefetches the next `depth` blocks;
- * a read a block or two behind it continues the run without counting, since
- * FUSE threads deliver the kernel's read-ahead slightly out of order; any
- * other read starts a new run.  Racy between threads by design: a hint.
+ * Sequential detection, per object, in bytes: a read that starts at most a
+ * small page past the end of the current run, and not more than two blocks
+ * behind it (FUSE threads deliver the kernel's read-ahead slightly out of
+ * order), continues the run; any other starts a new one.  A run counts the
+ * bytes it has read, so scattered small reads (the optimizer's scalars
+ * read at mount, one per parameter, across a whole shard) never look
+ * sequential however many blocks they touch.  Racy between threads by
+ * design: a hint.  Returns the run's bytes, this read included.
  */
-static void note_read(struct us_remote *r, size_t idx, uint64_t first,
-		      uint64_t last)
+static uint64_t note_read(struct us_remote *r, size_t idx, uint64_t off,
+			  size_t len)
 {
 	struct us_rm_object *o = &r->list.o[idx];
-	uint64_t prev = atomic_load(&o->last_blk);
+	uint64_t end = atomic_load(&o->run_end), to = off + len;
+
+	if (end == 0 || off > end + SMALL_PAGE ||
+	    to + 2 * r->block_size < end) {
+		atomic_store(&o->run_end, to);
+		atomic_store(&o->run_bytes, len);
+		return len;
+	}
+	while (to > end && !atomic_compare_exchange_weak(&o->run_end, &end, to))
+		;
+	return atomic_fetch_add(&o->run_bytes, len) + len;
+}
+
+/* A run of a block's worth: fetch the next `depth` blocks after @last. */
+static void prefetch_after(struct us_remote *r, size_t idx, uint64_t last)
+{
+	const struct us_rm_object *o = &r->list.o[idx];
 	uint64_t nblocks = (o->pub.size + r->block_size - 1) / r->block_size;
 
-	if (prev == 0 || first > prev || first + 3 < prev) {
-		atomic_store(&o->last_blk, last + 1);
-		atomic_store(&o->run, 0);
-		return;
-	}
-	while (last + 1 > prev &&
-	       !atomic_compare_exchange_weak(&o->last_blk, &prev, last + 1))
-		;
-	if (first == prev)
-		atomic_fetch_add(&o->run, 1);
-	if (atomic_load(&o->run) == 0 || !r->depth)
+	if (!r->depth)
 		return;
 	pool_start(r);
 	for (uint64_t b = last + 1; b <= last + r->depth && b < nblocks; b++)
@@ -798,13 +843,72 @@ static struct us_block *get_block(struct us_remote *r, size_t idx,
 	return NULL;
 }
 
+/*
+ * A small read outside any run, of blocks not in the cache: the small
+ * pages it touches (SMALL_PAGE), through the cache, not whole blocks.
+ * Metadata read at mount (a safetensors header, the zip records around a
+ * DCP item, a pickled scalar) would otherwise fetch a block (8 MiB) per few
+ * bytes: a DCP checkpoint's items, an archive every few MiB of each shard,
+ * fetched every block of the shards.  Pages are cached because those reads
+ * cluster: one item's end records and the next one's header share a page.
+ */
+static bool small_read(struct us_remote *r, size_t idx, char *buf, size_t len,
+		       uint64_t off)
+{
+	uint64_t p0 = off / SMALL_PAGE, p1 = (off + len - 1) / SMALL_PAGE;
+	char *dst = buf;
+
+	for (uint64_t p = p0; p <= p1; p++) {
+		struct us_block *b = get_block(r, idx, PAGE_KEY | p);
+		uint64_t pstart = p * SMALL_PAGE;
+		uint64_t from = off > pstart ? off - pstart : 0;
+		uint64_t to;
+
+		if (!b)
+			return false;
+		to = off + len - pstart < b->len ? off + len - pstart : b->len;
+		assert(from < to && to <= b->len);
+		memcpy(dst, b->data + from, (size_t)(to - from));
+		dst += to - from;
+		us_bcache_put(r->bc, b);
+	}
+	assert(dst == buf + len);
+	return true;
+}
+
+void us_remote_advise(struct us_remote *r, const struct us_remote_object *o,
+		      uint64_t off, uint64_t len)
+{
+	const struct us_rm_object *ro = (const struct us_rm_object *)o;
+	size_t idx = (size_t)(ro - r->list.o);
+
+	assert(idx < r->list.n && &r->list.o[idx].pub == o);
+	if (len == 0 || off >= o->size || !r->depth)
+		return;
+	if (len > o->size - off)
+		len = o->size - off;
+	pool_start(r);
+	for (uint64_t p = off / SMALL_PAGE; p <= (off + len - 1) / SMALL_PAGE; p++)
+		enqueue(r, idx, PAGE_KEY | p);
+}
+
+/* Are blocks @first..@last all absent from the cache? */
+static bool none_cached(struct us_remote *r, size_t idx, uint64_t first,
+			uint64_t last)
+{
+	for (uint64_t b = first; b <= last; b++)
+		if (us_bcache_has(r->bc, idx, b))
+			return false;
+	return true;
+}
+
 enum us_status us_remote_read(struct us_remote *r,
 			      const struct us_remote_object *o, void *buf,
 			      size_t len, uint64_t off)
 {
 	const struct us_rm_object *ro = (const struct us_rm_object *)o;
 	size_t idx = (size_t)(ro - r->list.o);
-	uint64_t bs = r->block_size;
+	uint64_t bs = r->block_size, run;
 
 	assert(idx < r->list.n && &r->list.o[idx].pub == o);
 	atomic_fetch_add(&r->ctr.bytes_read, len);
@@ -815,7 +919,18 @@ enum us_status us_remote_read(struct us_remote *r,
 	if (len == 0)
 		return US_OK;
 	uint64_t first = off / bs, last = (off + len - 1) / bs;
-	note_read(r, idx, first, last);
+	run = note_read(r, idx, off, len);
+	if (run < SMALL_READ && none_cached(r, idx, first, last)) {
+		if (small_read(r, idx, buf, len, off))
+			return US_OK;
+		errno = EIO;
+		return US_E_IO;
+	}
+	/* A run already a block long before this read: read ahead of it.
+	 * (One long read is no run: its own blocks are fetched in parallel
+	 * by ahead_in_read, nothing past it.) */
+	if (run - len >= bs)
+		prefetch_after(r, idx, last);
 	char *dst = buf;
 	for (uint64_t blk = first; blk <= last; blk++) {
 		ahead_in_read(r, idx, blk, last);

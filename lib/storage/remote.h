@@ -105,6 +105,15 @@ enum us_status us_remote_read(struct us_remote *r,
 			      const struct us_remote_object *o, void *buf,
 			      size_t len, uint64_t off);
 
+/*
+ * us_remote_advise - bytes [@off, @off + @len) of @o will be read soon: the
+ * small pages holding them are fetched ahead, in parallel, as far as the
+ * prefetch queue and the cache allow (readers of many small records at
+ * mount: DCP's item archives).  A hint: nothing fails.
+ */
+void us_remote_advise(struct us_remote *r, const struct us_remote_object *o,
+		      uint64_t off, uint64_t len);
+
 void us_remote_get_stats(const struct us_remote *r, struct us_remote_stats *s);
 
 #endif /* US_REMOTE_H */

@@ -323,8 +323,10 @@ struct us_rm_object {
 	struct us_remote_object pub;
 	char *url;        /* request URL */
 	bool strong_etag; /* If-Match usable (not W/ nor absent) */
-	_Atomic uint64_t last_blk; /* sequential detection: last block + 1 */
-	_Atomic unsigned run;
+	/* Sequential detection (remote.c note_read): one past the furthest
+	 * byte the current run reached, and the bytes the run has read. */
+	_Atomic uint64_t run_end;
+	_Atomic uint64_t run_bytes;
 };
 
 struct us_rm_list {

@@ -230,6 +230,12 @@ enum us_status us_file_pread(const struct us_file *f, void *buf, size_t len,
 	return us_remote_read(f->remote, f->obj, buf, len, off);
 }
 
+void us_file_advise(const struct us_file *f, uint64_t off, uint64_t len)
+{
+	if (f->fd < 0 && f->remote)
+		us_remote_advise(f->remote, f->obj, off, len);
+}
+
 enum us_status us_file_check(const struct us_file *f)
 {
 	struct stat st, was = { .st_dev = f->dev, .st_ino = f->ino,

@@ -101,6 +101,12 @@ enum us_status us_file_open_fd(int fd, struct us_file *f);
 enum us_status us_file_pread(const struct us_file *f, void *buf, size_t len,
 			     uint64_t off);
 
+/* us_file_advise - bytes [@off, @off + @len) of @f will be read soon (a
+ * reader about to parse many small records): a remote file fetches them
+ * ahead in parallel (us_remote_advise); a local one needs nothing, the page
+ * cache and the kernel's read-ahead serve it.  A hint: nothing fails. */
+void us_file_advise(const struct us_file *f, uint64_t off, uint64_t len);
+
 /* us_file_check - US_OK while @f still has the identity recorded when it
  * was opened, else US_E_IO.  (Remote objects: every range request carries
  * If-Match with the ETag, so the store answers this on each read.) */

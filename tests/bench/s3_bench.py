@@ -120,9 +120,9 @@ def first_tensor_peer(s3, scratch, name):
 
 def full_read_ours(url, opts):
     with bench.Mount([bench.US, "-f", "-q", *opts, url], timeout=600) as m:
-        before = s3env.remote_stats(m)
+        before = s3env.remote_stats(m.mnt)
         t, n = bench.timed(lambda: bench.read_all(m.path("model.safetensors")))
-        after = s3env.remote_stats(m)
+        after = s3env.remote_stats(m.mnt)
     return t, n, {k: after[k] - before[k] for k in after}
 
 
