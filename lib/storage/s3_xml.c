@@ -208,16 +208,23 @@ static bool digits(const char *s, size_t n, int *v)
 	return true;
 }
 
-static bool tm_ok(const struct tm *t)
+/* The UTC time of a parsed date, in *@out; false when a field is out of
+ * range (timegm would normalise "Feb 31" silently). */
+static bool utc_time(int y, int mo, int d, int h, int mi, int se, time_t *out)
 {
-	return t->tm_year >= 70 && t->tm_year < 8000 && t->tm_mon >= 0 &&
-	       t->tm_mon < 12 && t->tm_mday >= 1 && t->tm_mday <= 31 &&
-	       t->tm_hour < 24 && t->tm_min < 60 && t->tm_sec <= 60;
+	struct tm t = { .tm_year = y - 1900, .tm_mon = mo, .tm_mday = d,
+			.tm_hour = h, .tm_min = mi, .tm_sec = se };
+
+	if (t.tm_year < 70 || t.tm_year >= 8000 || mo < 0 || mo >= 12 ||
+	    d < 1 || d > 31 || h < 0 || h >= 24 || mi < 0 || mi >= 60 ||
+	    se < 0 || se > 60)
+		return false;
+	*out = timegm(&t);
+	return true;
 }
 
 bool us_parse_iso8601(const char *s, size_t n, struct timespec *ts)
 {
-	struct tm t = { 0 };
 	int y, mo, d, h, mi, se;
 	long nsec = 0, off = 0;
 	size_t i = 19;
@@ -253,17 +260,9 @@ bool us_parse_iso8601(const char *s, size_t n, struct timespec *ts)
 	} else {
 		return false;
 	}
-	if (i != n)
+	if (i != n || !utc_time(y, mo - 1, d, h, mi, se, &ts->tv_sec))
 		return false;
-	t.tm_year = y - 1900;
-	t.tm_mon = mo - 1;
-	t.tm_mday = d;
-	t.tm_hour = h;
-	t.tm_min = mi;
-	t.tm_sec = se;
-	if (!tm_ok(&t))
-		return false;
-	ts->tv_sec = timegm(&t) - off;
+	ts->tv_sec -= off;
 	ts->tv_nsec = nsec;
 	return true;
 }
@@ -271,7 +270,6 @@ bool us_parse_iso8601(const char *s, size_t n, struct timespec *ts)
 bool us_parse_http_date(const char *s, struct timespec *ts)
 {
 	static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
-	struct tm t = { 0 };
 	char mon[4];
 	int d, y, h, mi, se, used = 0;
 
@@ -282,15 +280,8 @@ bool us_parse_http_date(const char *s, struct timespec *ts)
 	const char *m = strstr(months, mon);
 	if (!m || strlen(mon) != 3 || (m - months) % 3)
 		return false;
-	t.tm_year = y - 1900;
-	t.tm_mon = (int)((m - months) / 3);
-	t.tm_mday = d;
-	t.tm_hour = h;
-	t.tm_min = mi;
-	t.tm_sec = se;
-	if (!tm_ok(&t))
+	if (!utc_time(y, (int)((m - months) / 3), d, h, mi, se, &ts->tv_sec))
 		return false;
-	ts->tv_sec = timegm(&t);
 	ts->tv_nsec = 0;
 	return true;
 }

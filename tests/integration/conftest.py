@@ -314,3 +314,24 @@ def fault_proxy(moto_server):
     px = s3proxy.FaultProxy(moto_server.url)
     yield px
     px.close()
+
+
+# ---- a mount's daemon, for memory tests (test_memory.py, test_s3_faults.py)
+
+def daemon_pid(mnt):
+    """The pid of the unshardfs daemon serving @mnt."""
+    out = subprocess.run(["pgrep", "-f", "--", mnt], capture_output=True, text=True).stdout
+    for pid in out.split():
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"unshardfs" in f.read().split(b"\0")[0]:
+                return int(pid)
+    raise AssertionError(f"no unshardfs daemon found for {mnt}")
+
+
+def hwm_mib(pid):
+    """The peak RSS (VmHWM) of process @pid, in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")

@@ -72,6 +72,15 @@ def use_dummy_credentials():
     return _CRED_DIR
 
 
+
+def _log_text(path):
+    """What a server's or mount's log file holds so far ("" if it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
 class MotoServer:
     """`python -m moto.server -H 127.0.0.1 -p PORT` as a child process."""
 
@@ -105,11 +114,7 @@ class MotoServer:
                 time.sleep(0.1)
 
     def log_text(self):
-        try:
-            with open(self.log.name, "rb") as f:
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return _log_text(self.log.name)
 
     def reset(self):
         """Forget every bucket (moto's own reset endpoint)."""
@@ -281,11 +286,7 @@ class S3fs:
             time.sleep(0.05)
 
     def log_text(self):
-        try:
-            with open(self.log.name, "rb") as f:
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return _log_text(self.log.name)
 
     def close(self):
         for _ in range(40):

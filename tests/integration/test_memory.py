@@ -7,32 +7,15 @@ bytes it served: a regression that let libfuse bounce every reply through a fres
 buffer grew it to 65 MiB on 1 GB (110 MiB on 4 GB), and this test would have seen it.
 """
 import os
-import subprocess
 
 import pytest
 
-from conftest import BUILD, mount
+from conftest import BUILD, daemon_pid, hwm_mib, mount
 
 import torch  # noqa: E402
 
 LIMIT_MIB = 24
 
-
-def daemon_pid(mnt):
-    out = subprocess.run(["pgrep", "-f", "--", mnt], capture_output=True, text=True).stdout
-    for pid in out.split():
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            if b"unshardfs" in f.read().split(b"\0")[0]:
-                return int(pid)
-    raise AssertionError(f"no unshardfs daemon found for {mnt}")
-
-
-def hwm_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
 
 
 def read_all(path):

@@ -30,7 +30,7 @@ import time
 import pytest
 
 import s3env
-from conftest import BUILD, mount
+from conftest import BUILD, daemon_pid, hwm_mib, mount
 from s3proxy import Fault
 
 MOUNT_TIMEOUT = 60
@@ -355,22 +355,6 @@ def test_cache_dir_does_not_serve_a_rewritten_object(fault_proxy, s3, bucket, tm
 
 
 # ---------------------------------------------------------------------------- memory, cache, bytes
-
-def daemon_pid(mnt):
-    out = subprocess.run(["pgrep", "-f", "--", mnt], capture_output=True, text=True).stdout
-    for pid in out.split():
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            if b"unshardfs" in f.read().split(b"\0")[0]:
-                return int(pid)
-    raise AssertionError(f"no unshardfs daemon found for {mnt}")
-
-
-def hwm_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
 
 
 def test_daemon_memory_is_bounded(moto_server, s3, bucket, tmp_path):
