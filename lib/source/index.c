@@ -152,6 +152,11 @@ enum us_status us_index_read(struct us_statedict *sd, const struct us_dir *dir,
 				"index has no weight_map object");
 	else
 		rc = index_shards(wm, relpath, &shards, &n, err);
+	/* A remote SOURCE fetches every shard's header ahead, in parallel,
+	 * while the shards are read one by one (a shard's first and last
+	 * 64 KiB: a safetensors header, a zip's records). */
+	for (size_t i = 0; rc == US_OK && i < n; i++)
+		us_dir_advise(dir, shards[i], US_ADVISE_EDGE, US_ADVISE_EDGE);
 	for (size_t i = 0; rc == US_OK && i < n; i++)
 		rc = read_shard(sd, dir, shards[i], err);
 	if (rc == US_OK)

@@ -236,6 +236,20 @@ void us_file_advise(const struct us_file *f, uint64_t off, uint64_t len)
 		us_remote_advise(f->remote, f->obj, off, len);
 }
 
+void us_dir_advise(const struct us_dir *d, const char *relpath, uint64_t head,
+		   uint64_t tail)
+{
+	struct us_file f;
+
+	if (!is_remote(d, relpath) || us_rdir_file_open(d, relpath, &f) != US_OK)
+		return; /* local, or not there: the reader says so in its turn */
+	us_file_advise(&f, 0, head < (uint64_t)f.size ? head : (uint64_t)f.size);
+	if ((uint64_t)f.size > head)
+		us_file_advise(&f, (uint64_t)f.size > tail ? (uint64_t)f.size - tail : 0,
+			       tail);
+	us_file_close(&f);
+}
+
 enum us_status us_file_check(const struct us_file *f)
 {
 	struct stat st, was = { .st_dev = f->dev, .st_ino = f->ino,

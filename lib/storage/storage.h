@@ -107,6 +107,16 @@ enum us_status us_file_pread(const struct us_file *f, void *buf, size_t len,
  * cache and the kernel's read-ahead serve it.  A hint: nothing fails. */
 void us_file_advise(const struct us_file *f, uint64_t off, uint64_t len);
 
+/* us_dir_advise - the file @relpath under @d is about to be opened and its
+ * headers read: a remote one fetches its first @head and last @tail bytes
+ * ahead, in parallel with the files before it (a reader that opens shard
+ * after shard: an index's, DeepSpeed's ranks).  Nothing for local files,
+ * nor for one that is not there.  A hint: nothing fails. */
+void us_dir_advise(const struct us_dir *d, const char *relpath, uint64_t head,
+		   uint64_t tail);
+/* What readers advise at each end of a file they are about to parse. */
+#define US_ADVISE_EDGE (64u << 10)
+
 /* us_file_check - US_OK while @f still has the identity recorded when it
  * was opened, else US_E_IO.  (Remote objects: every range request carries
  * If-Match with the ETag, so the store answers this on each read.) */

@@ -877,7 +877,7 @@ static bool is_bare_optimizer(const struct dcp *d, const struct us_pk *smd)
  * broken checkpoint gets.  Local files need no hint (the page cache).
  */
 #define ADVISE_AHEAD 64 /* entries */
-#define ADVISE_EDGE 4096u /* bytes at each end of an item */
+#define ITEM_EDGE 4096u /* bytes at each end of an item */
 
 static const struct us_file *open_file_named(const struct dcp *d,
 					     const char *relpath)
@@ -908,7 +908,7 @@ static void advise_items(const struct dcp *d, const char *fqn)
 	for (; lo < d->nitems && !strcmp(d->items[lo].fqn, fqn); lo++) {
 		const struct dcp_item *it = &d->items[lo];
 		const struct us_file *f = open_file_named(d, it->relpath);
-		uint64_t edge = it->length < ADVISE_EDGE ? it->length : ADVISE_EDGE;
+		uint64_t edge = it->length < ITEM_EDGE ? it->length : ITEM_EDGE;
 
 		if (!f || it->offset > (uint64_t)f->size ||
 		    it->length > (uint64_t)f->size - it->offset)

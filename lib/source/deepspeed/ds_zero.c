@@ -234,6 +234,11 @@ static enum us_status open_optim(struct ds *d)
 	d->osd = us_arena_calloc(&d->arena, d->world, sizeof(*d->osd));
 	if (!d->osd)
 		return us_err_set(d->err, US_E_NOMEM, ".", "out of memory");
+	/* Remote: every rank's records fetched ahead, in parallel. */
+	for (uint32_t r = 0; r < d->world; r++)
+		if (d->optim[r].present)
+			us_dir_advise(d->dir, d->optim[r].relpath, US_ADVISE_EDGE,
+				      US_ADVISE_EDGE);
 	for (uint32_t r = 0; r < d->world; r++) {
 		struct us_ds_file *f = &d->optim[r];
 
@@ -281,6 +286,10 @@ static enum us_status open_model(struct ds *d)
 				  d->nmodel ? d->model[0].relpath : d->where,
 				  "%u model states files for ZeRO-%d with %u ranks",
 				  d->nmodel, d->stage, d->world);
+	for (uint32_t r = 0; r < want && r < d->nmodel; r++)
+		if (d->model[r].present)
+			us_dir_advise(d->dir, d->model[r].relpath, US_ADVISE_EDGE,
+				      US_ADVISE_EDGE);
 	for (uint32_t r = 0; r < want; r++) {
 		/* the table holds ranks below nmodel only */
 		if (r >= d->nmodel || !d->model[r].present)
