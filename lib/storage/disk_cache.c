@@ -13,7 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
+#include "../codec/sha256.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,24 +132,19 @@ bool us_dcache_name(const char *store, const char *key, const char *etag,
 		    uint64_t block_size, uint64_t blk, char out[65])
 {
 	static const char hx[] = "0123456789abcdef";
-	unsigned char h[EVP_MAX_MD_SIZE];
-	unsigned int hn = 0;
+	unsigned char h[32];
 	char nums[64];
-	EVP_MD_CTX *s = EVP_MD_CTX_new();
+	struct us_sha256 s;
 
 	/* NUL separators: no two identities give one byte string. */
 	snprintf(nums, sizeof(nums), "%llu:%llu",
 		 (unsigned long long)block_size, (unsigned long long)blk);
-	bool ok = s && EVP_DigestInit_ex(s, EVP_sha256(), NULL) &&
-		  EVP_DigestUpdate(s, store, strlen(store) + 1) &&
-		  EVP_DigestUpdate(s, key, strlen(key) + 1) &&
-		  EVP_DigestUpdate(s, etag, strlen(etag) + 1) &&
-		  EVP_DigestUpdate(s, nums, strlen(nums) + 1) &&
-		  EVP_DigestFinal_ex(s, h, &hn) && hn == 32;
-	EVP_MD_CTX_free(s);
-	/* A name not made from the identity could hold another's bytes. */
-	if (!ok)
-		return false;
+	us_sha256_init(&s);
+	us_sha256_update(&s, store, strlen(store) + 1);
+	us_sha256_update(&s, key, strlen(key) + 1);
+	us_sha256_update(&s, etag, strlen(etag) + 1);
+	us_sha256_update(&s, nums, strlen(nums) + 1);
+	us_sha256_final(&s, h);
 	for (int i = 0; i < 32; i++) {
 		out[2 * i] = hx[h[i] >> 4];
 		out[2 * i + 1] = hx[h[i] & 15];

@@ -10,8 +10,9 @@
  */
 #include "remote_internal.h"
 
+#include "curl_dl.h"
+
 #include <assert.h>
-#include <curl/curl.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,10 +34,14 @@ struct us_http {
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
 static CURLcode global_rc;
+static char load_why[256]; /* why libcurl could not be loaded */
 
 static void global_init(void)
 {
-	global_rc = curl_global_init(CURL_GLOBAL_ALL);
+	if (!us_curl_load(load_why, sizeof(load_why)))
+		global_rc = CURLE_FAILED_INIT;
+	else
+		global_rc = curl_global_init(CURL_GLOBAL_ALL);
 }
 
 static void share_lock(CURL *h, curl_lock_data d, curl_lock_access a, void *u)
@@ -64,6 +69,8 @@ enum us_status us_http_new(const struct us_http_cfg *cfg, struct us_http **out,
 	struct us_http *h;
 
 	pthread_once(&global_once, global_init);
+	if (load_why[0])
+		return us_err_set(err, US_E_UNSUPPORTED, "libcurl", "%s", load_why);
 	if (global_rc != CURLE_OK)
 		return us_err_set(err, US_E_IO, "libcurl", "cannot initialise: %s",
 				  curl_easy_strerror(global_rc));

@@ -17,9 +17,7 @@
  */
 #include "remote_internal.h"
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/sha.h>
+#include "../codec/sha256.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,10 +39,8 @@ static void hex(const unsigned char *d, size_t n, char *out)
 static bool hmac(const void *key, size_t kn, const char *msg,
 		 unsigned char out[32])
 {
-	unsigned int n = 32;
-
-	return HMAC(EVP_sha256(), key, (int)kn, (const unsigned char *)msg,
-		    strlen(msg), out, &n) != NULL && n == 32;
+	us_hmac_sha256(key, kn, msg, strlen(msg), out);
+	return true;
 }
 
 /* One query parameter, decoded then re-encoded strictly. */
@@ -173,7 +169,7 @@ bool us_sigv4_sign(const struct us_sigv4_in *in, struct us_sigv4_out *out)
 	cr = canonical_request(in, amzdate, sh);
 	if (!cr)
 		return false;
-	SHA256((const unsigned char *)cr, strlen(cr), h);
+	us_sha256(cr, strlen(cr), h);
 	hex(h, 32, crhash);
 	if (asprintf(&sts, "AWS4-HMAC-SHA256\n%s\n%s/%s/%s/aws4_request\n%s",
 		     amzdate, day, in->region, in->service, crhash) < 0) {

@@ -175,6 +175,10 @@ def main():
             os.mkdir(os.path.join(root, BUCKET))
             os.symlink(src, os.path.join(root, BUCKET, PREFIX))
             server = s3serve.FileS3(root)
+            # it checks no signature, but the mount and s3fs sign as for moto
+            os.environ.update(AWS_ACCESS_KEY_ID=s3env.ACCESS_KEY,
+                              AWS_SECRET_ACCESS_KEY=s3env.SECRET_KEY,
+                              AWS_REGION=s3env.REGION)
             s3 = s3env.client(server.url)
             bench.log(f"serving {size / 1e9:.2f} GB from {src} at {server.url}")
         else:
