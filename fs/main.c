@@ -245,8 +245,11 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 	so.remote = o->remote;
 	/* --cache-size bounds fetched blocks too (design.md: memory is
 	 * --cache-size plus fixed buffers, whatever the checkpoint). */
-	if (us_remote_is_url(o->source))
+	if (us_remote_is_url(o->source)) {
 		so.remote.cache_bytes = o->cache_size;
+		/* the views' read-ahead names the next source bytes */
+		so.remote.hinted_readahead = true;
+	}
 	if (us_source_open(o->source, &so, &m->sd, &m->src, &err) != US_OK)
 		return err.status == US_E_USAGE ? refuse(o, &err)
 						: refuse_source(o, &err);

@@ -91,6 +91,9 @@ struct us_seg {
 	uint64_t off;
 	const void *mem;
 	size_t len;
+	/* With @sources: the file read (a remote one has fd -1), so that
+	 * read-ahead can ask its store for exactly these bytes. */
+	const struct us_file *file;
 };
 
 struct us_segs {

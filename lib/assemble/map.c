@@ -92,16 +92,14 @@ static int sources_emit(void *vctx, const struct us_copy_op *op)
 	struct map_ctx *ctx = vctx;
 	struct us_segs *s = ctx->segs;
 	struct us_seg *last = s->n ? &s->v[s->n - 1] : NULL;
-	int fd = ctx->sd->files[op->src->file].fd;
+	const struct us_file *f = &ctx->sd->files[op->src->file];
 	uint64_t off = op->src_off;
 	uint64_t end = off + (op->count - 1) * op->src_stride + op->len;
 
 	if (op->src->xf != US_XF_NONE)
 		return 0; /* offsets in a decoded item, not in the file */
-	if (fd < 0)
-		return 0; /* a remote object: its store prefetches itself */
 	assert(op->src->file < ctx->sd->nfiles); /* finalize */
-	if (last && last->fd == fd && off >= last->off &&
+	if (last && last->file == f && off >= last->off &&
 	    off <= last->off + last->len) {
 		if (end > last->off + last->len)
 			last->len = (size_t)(end - last->off);
@@ -111,8 +109,8 @@ static int sources_emit(void *vctx, const struct us_copy_op *op)
 		s->overflow = true;
 		return 1; /* full: what is listed is enough */
 	}
-	s->v[s->n++] = (struct us_seg){ .fd = fd, .off = off,
-					.len = (size_t)(end - off) };
+	s->v[s->n++] = (struct us_seg){ .fd = f->fd, .off = off,
+					.len = (size_t)(end - off), .file = f };
 	return 0;
 }
 

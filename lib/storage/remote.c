@@ -55,6 +55,7 @@ struct us_remote {
 	struct us_dcache *dc;
 	uint64_t block_size;
 	unsigned connections, depth, retries;
+	bool hinted; /* opts.hinted_readahead: no read-ahead of byte runs */
 	struct us_rm_counters ctr;
 	pthread_mutex_t emu;     /* last_err */
 	char last_err[512];
@@ -106,6 +107,7 @@ static enum us_status take_opts(struct us_remote *r,
 		return us_err_set(err, US_E_USAGE, r->url,
 				  "--retries must be at most 20");
 	r->block_size = out->block_size;
+	r->hinted = out->hinted_readahead;
 	r->connections = out->connections;
 	r->retries = out->retries;
 	uint64_t fit = out->cache_bytes / out->block_size;
@@ -888,8 +890,17 @@ void us_remote_advise(struct us_remote *r, const struct us_remote_object *o,
 	if (len > o->size - off)
 		len = o->size - off;
 	pool_start(r);
-	for (uint64_t p = off / SMALL_PAGE; p <= (off + len - 1) / SMALL_PAGE; p++)
-		enqueue(r, idx, PAGE_KEY | p);
+	if (len < SMALL_READ) { /* records: the small pages holding them */
+		for (uint64_t p = off / SMALL_PAGE; p <= (off + len - 1) / SMALL_PAGE; p++)
+			enqueue(r, idx, PAGE_KEY | p);
+		return;
+	}
+	/* a view's next source bytes: the blocks holding them, as far as
+	 * the read-ahead depth reaches (the cache must keep them) */
+	uint64_t b0 = off / r->block_size, b1 = (off + len - 1) / r->block_size;
+
+	for (uint64_t b = b0; b <= b1 && b < b0 + r->depth; b++)
+		enqueue(r, idx, b);
 }
 
 /* Are blocks @first..@last all absent from the cache? */
@@ -929,7 +940,7 @@ enum us_status us_remote_read(struct us_remote *r,
 	/* A run already a block long before this read: read ahead of it.
 	 * (One long read is no run: its own blocks are fetched in parallel
 	 * by ahead_in_read, nothing past it.) */
-	if (run - len >= bs)
+	if (run - len >= bs && !r->hinted)
 		prefetch_after(r, idx, last);
 	char *dst = buf;
 	for (uint64_t blk = first; blk <= last; blk++) {

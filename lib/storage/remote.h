@@ -48,6 +48,11 @@ struct us_remote_opts {
 	unsigned connections;     /* --connections [8]: parallel requests */
 	unsigned retries;         /* --retries [5]: per request, then EIO */
 	unsigned timeout_s;       /* --timeout [30]: per request, seconds */
+	/* The caller says what it reads next (us_remote_advise: the daemon's
+	 * views know their next source ranges): no read-ahead of byte runs,
+	 * which cannot see where a tensor's bytes end and run on into the
+	 * next item (a DCP shard's Adam moments after a weight). */
+	bool hinted_readahead;
 };
 
 /* One object of the listing. */

@@ -55,7 +55,8 @@ struct us_readahead *us_readahead_new(const struct us_statedict *sd)
 
 	if (!ra)
 		return NULL;
-	/* Remote objects (fd -1) get no stream: their store prefetches. */
+	/* Remote objects (fd -1) get no stream: their store is told the
+	 * bytes instead (us_file_advise, in us_readahead_after). */
 	for (size_t i = 0; i < sd->nfiles; i++)
 		if (sd->files[i].fd > maxfd)
 			maxfd = sd->files[i].fd;
@@ -195,7 +196,10 @@ void us_readahead_after(struct us_readahead *ra, const struct us_view *v,
 	/* The first SEGS source runs of the window, casts and gathers
 	 * included (assemble.h, us_segs.sources). */
 	(void)us_view_map(v, &segs, (size_t)w, off + len, &n); /* what it listed */
-	for (size_t i = 0; i < segs.n; i++)
+	for (size_t i = 0; i < segs.n; i++) {
 		if (segv[i].fd >= 0)
 			stream_fill(ra, segv[i].fd, segv[i].off, segv[i].len);
+		else if (segv[i].file) /* remote: its store fetches them */
+			us_file_advise(segv[i].file, segv[i].off, segv[i].len);
+	}
 }
