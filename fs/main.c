@@ -247,8 +247,9 @@ static int prepare(const struct us_opts *o, struct mount_state *m)
 	 * --cache-size plus fixed buffers, whatever the checkpoint). */
 	if (us_remote_is_url(o->source)) {
 		so.remote.cache_bytes = o->cache_size;
-		/* the views' read-ahead names the next source bytes */
-		so.remote.hinted_readahead = true;
+		/* a mount's views name the next source bytes they read
+		 * (view/readahead.c); inspect and export have no such hint */
+		so.remote.hinted_readahead = !o->inspect && !o->export_cmd;
 	}
 	if (us_source_open(o->source, &so, &m->sd, &m->src, &err) != US_OK)
 		return err.status == US_E_USAGE ? refuse(o, &err)
