@@ -31,7 +31,7 @@
 #define MAX_PAGES (US_RM_MAX_OBJECTS / 1000u + 16u)
 #define QUEUE_CAP 256u
 /* Reads smaller than this, in no run of at least as much, fetch only the
- * SMALL_PAGE-aligned pages they touch (small_read). */
+ * SMALL_PAGE-aligned pages they touch (us_remote_read). */
 #define SMALL_READ (256u << 10)
 #define SMALL_PAGE (64u << 10)
 /* Small pages share the block cache: their keys have the top bit set. */
@@ -846,29 +846,27 @@ static struct us_block *get_block(struct us_remote *r, size_t idx,
 }
 
 /*
- * A small read outside any run, of blocks not in the cache: the small
- * pages it touches (SMALL_PAGE), through the cache, not whole blocks.
- * Metadata read at mount (a safetensors header, the zip records around a
- * DCP item, a pickled scalar) would otherwise fetch a block (8 MiB) per few
- * bytes: a DCP checkpoint's items, an archive every few MiB of each shard,
- * fetched every block of the shards.  Pages are cached because those reads
- * cluster: one item's end records and the next one's header share a page.
+ * Copy [@off, @off + @len) of object @idx into @buf from the cache's units
+ * of @unit bytes (blocks, or small pages: @key PAGE_KEY), each fetched by
+ * the first reader that misses it.  @ahead: while each block is fetched,
+ * the workers fetch the read's next ones (ahead_in_read).  false: EIO.
  */
-static bool small_read(struct us_remote *r, size_t idx, char *buf, size_t len,
-		       uint64_t off)
+static bool copy_units(struct us_remote *r, size_t idx, char *buf, size_t len,
+		       uint64_t off, uint64_t unit, uint64_t key, bool ahead)
 {
-	uint64_t p0 = off / SMALL_PAGE, p1 = (off + len - 1) / SMALL_PAGE;
+	uint64_t first = off / unit, last = (off + len - 1) / unit;
 	char *dst = buf;
 
-	for (uint64_t p = p0; p <= p1; p++) {
-		struct us_block *b = get_block(r, idx, PAGE_KEY | p);
-		uint64_t pstart = p * SMALL_PAGE;
-		uint64_t from = off > pstart ? off - pstart : 0;
-		uint64_t to;
+	for (uint64_t u = first; u <= last; u++) {
+		struct us_block *b;
+		uint64_t ustart = u * unit, from, to;
 
-		if (!b)
+		if (ahead)
+			ahead_in_read(r, idx, u, last);
+		if (!(b = get_block(r, idx, key | u)))
 			return false;
-		to = off + len - pstart < b->len ? off + len - pstart : b->len;
+		from = off > ustart ? off - ustart : 0;
+		to = off + len - ustart < b->len ? off + len - ustart : b->len;
 		assert(from < to && to <= b->len);
 		memcpy(dst, b->data + from, (size_t)(to - from));
 		dst += to - from;
@@ -930,35 +928,32 @@ enum us_status us_remote_read(struct us_remote *r,
 	if (len == 0)
 		return US_OK;
 	uint64_t first = off / bs, last = (off + len - 1) / bs;
+	bool ok;
+
 	run = note_read(r, idx, off, len);
+	/*
+	 * A small read outside any run, of blocks not in the cache: the small
+	 * pages it touches (SMALL_PAGE), through the cache, not whole blocks.
+	 * Metadata read at mount (a safetensors header, the zip records around
+	 * a DCP item, a pickled scalar) would otherwise fetch a block (8 MiB)
+	 * per few bytes: a DCP checkpoint's items, an archive every few MiB of
+	 * each shard, fetched every block of the shards.  Pages are cached
+	 * because those reads cluster: one item's end records and the next
+	 * one's header share a page.
+	 */
 	if (run < SMALL_READ && none_cached(r, idx, first, last)) {
-		if (small_read(r, idx, buf, len, off))
-			return US_OK;
+		ok = copy_units(r, idx, buf, len, off, SMALL_PAGE, PAGE_KEY, false);
+	} else {
+		/* A run already a block long before this read: read ahead of
+		 * it.  (One long read is no run: its own blocks are fetched in
+		 * parallel by ahead_in_read, nothing past it.) */
+		if (run - len >= bs && !r->hinted)
+			prefetch_after(r, idx, last);
+		ok = copy_units(r, idx, buf, len, off, bs, 0, true);
+	}
+	if (!ok) {
 		errno = EIO;
 		return US_E_IO;
 	}
-	/* A run already a block long before this read: read ahead of it.
-	 * (One long read is no run: its own blocks are fetched in parallel
-	 * by ahead_in_read, nothing past it.) */
-	if (run - len >= bs && !r->hinted)
-		prefetch_after(r, idx, last);
-	char *dst = buf;
-	for (uint64_t blk = first; blk <= last; blk++) {
-		ahead_in_read(r, idx, blk, last);
-		struct us_block *b = get_block(r, idx, blk);
-		if (!b) {
-			errno = EIO;
-			return US_E_IO;
-		}
-		uint64_t bstart = blk * bs;
-		uint64_t from = off > bstart ? off - bstart : 0;
-		uint64_t to = off + len - bstart < b->len ? off + len - bstart
-							  : b->len;
-		assert(from < to && to <= b->len);
-		memcpy(dst, b->data + from, (size_t)(to - from));
-		dst += to - from;
-		us_bcache_put(r->bc, b);
-	}
-	assert(dst == (char *)buf + len);
 	return US_OK;
 }
