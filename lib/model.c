@@ -84,21 +84,29 @@ enum us_status us_sd_consume(struct us_statedict *sd, const char *relpath)
 	return US_OK;
 }
 
+const struct us_file *us_sd_find_file(const struct us_statedict *sd,
+				      const char *relpath)
+{
+	for (size_t i = 0; i < sd->nfiles; i++)
+		if (strcmp(sd->files[i].relpath, relpath) == 0)
+			return &sd->files[i];
+	return NULL;
+}
+
 enum us_status us_sd_open_file(struct us_statedict *sd, const struct us_dir *d,
 			       const char *relpath, uint32_t *idx,
 			       struct us_err *err)
 {
+	const struct us_file *known;
 	struct us_file *f;
 	enum us_status rc;
 
 	/* The optimizer child's table is replaced by its parent's at
 	 * finalize: a file opened there would be lost (and leak its fd). */
 	assert(!sd->borrowed_files);
-	for (size_t i = 0; i < sd->nfiles; i++) {
-		if (strcmp(sd->files[i].relpath, relpath) == 0) {
-			*idx = (uint32_t)i;
-			return US_OK;
-		}
+	if ((known = us_sd_find_file(sd, relpath))) {
+		*idx = (uint32_t)(known - sd->files);
+		return US_OK;
 	}
 	if (sd->nfiles >= UINT32_MAX ||
 	    US_GROW(sd->files, sd->files_cap, sd->nfiles) != US_OK)

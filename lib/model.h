@@ -165,6 +165,10 @@ void us_sd_free(struct us_statedict *sd);
  * out of memory).  Its tensors' extents index @sd's files. */
 struct us_statedict *us_sd_optim(struct us_statedict *sd);
 
+/* us_sd_find_file - the file of @sd opened as @relpath, or NULL. */
+const struct us_file *us_sd_find_file(const struct us_statedict *sd,
+				      const char *relpath);
+
 /*
  * us_sd_open_file - open @relpath under @d (symlinks followed), record
  * its identity, mark it consumed and return its index in *@idx.  Opening the

@@ -887,10 +887,7 @@ static const struct us_file *open_file_named(const struct dcp *d,
 	if (snprintf(path, sizeof(path), "%s%s", d->prefix, relpath) >=
 	    (int)sizeof(path))
 		return NULL;
-	for (size_t f = 0; f < d->sd->nfiles; f++)
-		if (!strcmp(d->sd->files[f].relpath, path))
-			return &d->sd->files[f];
-	return NULL;
+	return us_sd_find_file(d->sd, path);
 }
 
 static void advise_items(const struct dcp *d, const char *fqn)
