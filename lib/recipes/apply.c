@@ -28,6 +28,8 @@ struct run {
 	struct us_statedict *sd;
 	const struct us_recipe *r;
 	const struct us_dir *cfg; /* config.json's directory, NULL: none */
+	cJSON *config;       /* its config.json, once read (NULL: none) */
+	bool config_read;
 	uint64_t head_dim;   /* config.json's, 0: none */
 	struct offsets *off; /* per rule */
 	bool *hit;           /* per rule: matched some tensor */
@@ -64,8 +66,19 @@ static enum us_status too_long(struct run *x, size_t i, const struct us_tensor *
 static enum us_status finish(struct run *x, size_t i, struct us_tensor *o,
 			     const struct us_tensor *t);
 
-/* The offsets of rule @i, config.json's read now (refused, naming the
- * rule, when it does not give them). */
+/* config.json, parsed on first need and kept for the run. */
+static enum us_status config(struct run *x, const cJSON **out)
+{
+	if (!x->config_read) {
+		US_TRY(us_hfconfig_read(x->cfg, &x->config, x->err));
+		x->config_read = true;
+	}
+	*out = x->config;
+	return US_OK;
+}
+
+/* The offsets of rule @i, from config.json where the rule says so
+ * (refused, naming the rule, when it does not give them). */
 static enum us_status resolve(struct run *x, size_t i)
 {
 	const struct us_recipe_rule *r = &x->r->rules[i];
@@ -78,9 +91,12 @@ static enum us_status resolve(struct run *x, size_t i)
 		bool found = true;
 
 		off->n[k] = o->n;
-		if (o->config)
-			US_TRY(us_hfconfig_u64(x->cfg, o->config, &off->n[k],
-					       &found, x->err));
+		if (o->config) {
+			const cJSON *cfg;
+
+			US_TRY(config(x, &cfg));
+			found = us_hfconfig_u64(cfg, o->config, &off->n[k]);
+		}
 		if (!found)
 			return us_err_set(x->err, US_E_UNSUPPORTED, x->r->name,
 					  "rule %zu: the offset of '{%s}' is config.json's "
@@ -412,13 +428,18 @@ enum us_status us_recipe_apply(struct us_statedict *sd,
 	size_t nold = sd->ntensors, oldcap = sd->tensors_cap;
 	enum us_status rc;
 
-	if (needs_config(r))
-		US_TRY(us_hfconfig_head_dim(cfg, &x.head_dim, err));
+	if (needs_config(r)) {
+		const cJSON *c;
+
+		US_TRY(config(&x, &c));
+		x.head_dim = us_hfconfig_head_dim(c);
+	}
 	x.hit = calloc(r->nrules, sizeof(*x.hit));
 	x.off = calloc(r->nrules, sizeof(*x.off));
 	if (!x.hit || !x.off) {
 		free(x.hit);
 		free(x.off);
+		cJSON_Delete(x.config);
 		return us_err_set(err, US_E_NOMEM, ".", "out of memory");
 	}
 	sd->tensors = NULL;
@@ -429,6 +450,7 @@ enum us_status us_recipe_apply(struct us_statedict *sd,
 	free(x.hit);
 	free(x.off);
 	free(x.byname);
+	cJSON_Delete(x.config);
 	if (rc != US_OK) {
 		/* us_sd_free frees whichever list is in sd: put the old back */
 		free(sd->tensors);

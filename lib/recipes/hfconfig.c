@@ -18,9 +18,8 @@ static uint64_t get(const cJSON *cfg, const char *key)
 	return v;
 }
 
-/* config.json of @dir parsed, *@cfg NULL when there is none. */
-static enum us_status read_config(const struct us_dir *dir, cJSON **cfg,
-				  struct us_err *err)
+enum us_status us_hfconfig_read(const struct us_dir *dir, cJSON **cfg,
+				struct us_err *err)
 {
 	enum us_status rc = US_OK;
 	char *text = NULL;
@@ -42,36 +41,19 @@ static enum us_status read_config(const struct us_dir *dir, cJSON **cfg,
 	return US_OK;
 }
 
-enum us_status us_hfconfig_head_dim(const struct us_dir *dir,
-				    uint64_t *head_dim,
-				    struct us_err *err)
+uint64_t us_hfconfig_head_dim(const cJSON *cfg)
 {
-	uint64_t hidden, heads;
-	cJSON *cfg;
+	uint64_t head_dim = get(cfg, "head_dim");
+	uint64_t hidden = get(cfg, "hidden_size");
+	uint64_t heads = get(cfg, "num_attention_heads");
 
-	*head_dim = 0;
-	US_TRY(read_config(dir, &cfg, err));
-	if (!cfg)
-		return US_OK;
-	*head_dim = get(cfg, "head_dim");
-	hidden = get(cfg, "hidden_size");
-	heads = get(cfg, "num_attention_heads");
-	if (!*head_dim && heads && hidden % heads == 0)
-		*head_dim = hidden / heads;
-	cJSON_Delete(cfg);
-	return US_OK;
+	if (!head_dim && heads && hidden % heads == 0)
+		head_dim = hidden / heads;
+	return head_dim;
 }
 
-enum us_status us_hfconfig_u64(const struct us_dir *dir, const char *key,
-			       uint64_t *v, bool *found, struct us_err *err)
+bool us_hfconfig_u64(const cJSON *cfg, const char *key, uint64_t *v)
 {
-	cJSON *cfg;
-
 	*v = 0;
-	*found = false;
-	US_TRY(read_config(dir, &cfg, err));
-	if (cfg)
-		*found = us_json_u64(cJSON_GetObjectItemCaseSensitive(cfg, key), v);
-	cJSON_Delete(cfg);
-	return US_OK;
+	return us_json_u64(cJSON_GetObjectItemCaseSensitive(cfg, key), v);
 }
