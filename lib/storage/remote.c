@@ -33,7 +33,9 @@
 /* Reads smaller than this, in no run of at least as much, fetch only the
  * SMALL_PAGE-aligned pages they touch (us_remote_read). */
 #define SMALL_READ (256u << 10)
-#define SMALL_PAGE (64u << 10)
+#define SMALL_PAGE (16u << 10)
+/* How far past a run's end a read may start and still continue it. */
+#define RUN_SLACK (64u << 10)
 /* Small pages share the block cache: their keys have the top bit set. */
 #define PAGE_KEY (1ull << 63)
 
@@ -761,8 +763,8 @@ static void enqueue(struct us_remote *r, size_t idx, uint64_t blk)
 }
 
 /*
- * Sequential detection, per object, in bytes: a read that starts at most a
- * small page past the end of the current run, and not more than two blocks
+ * Sequential detection, per object, in bytes: a read that starts at most
+ * RUN_SLACK past the end of the current run, and not more than two blocks
  * behind it (FUSE threads deliver the kernel's read-ahead slightly out of
  * order), continues the run; any other starts a new one.  A run counts the
  * bytes it has read, so scattered small reads (the optimizer's scalars
@@ -776,7 +778,7 @@ static uint64_t note_read(struct us_remote *r, size_t idx, uint64_t off,
 	struct us_rm_object *o = &r->list.o[idx];
 	uint64_t end = atomic_load(&o->run_end), to = off + len;
 
-	if (end == 0 || off > end + SMALL_PAGE ||
+	if (end == 0 || off > end + RUN_SLACK ||
 	    to + 2 * r->block_size < end) {
 		atomic_store(&o->run_end, to);
 		atomic_store(&o->run_bytes, len);
@@ -803,19 +805,20 @@ static void prefetch_after(struct us_remote *r, size_t idx, uint64_t last)
 /* ------------------------------------------------------------- reads */
 
 /*
- * A read of many blocks (the loader reads whole tensors) needs them all
- * now: while this thread fetches @blk, the workers fetch the next `depth`
- * of this read, a window that moves with the loop so that the cache never
- * holds more of one read ahead than it can keep.
+ * A read of many units (the loader reads whole tensors; a pickle read at
+ * mount spans several small pages) needs them all now: while this thread
+ * fetches unit @u, the workers fetch the next `depth` of this read, a
+ * window that moves with the loop so that the cache never holds more of one
+ * read ahead than it can keep.  @key: 0 for blocks, PAGE_KEY for pages.
  */
-static void ahead_in_read(struct us_remote *r, size_t idx, uint64_t blk,
-			  uint64_t last)
+static void ahead_in_read(struct us_remote *r, size_t idx, uint64_t u,
+			  uint64_t last, uint64_t key)
 {
-	if (blk == last || !r->depth)
+	if (u == last || !r->depth)
 		return;
 	pool_start(r);
-	for (uint64_t b = blk + 1; b <= last && b <= blk + r->depth; b++)
-		enqueue(r, idx, b);
+	for (uint64_t b = u + 1; b <= last && b <= u + r->depth; b++)
+		enqueue(r, idx, key | b);
 }
 
 /*
@@ -848,11 +851,11 @@ static struct us_block *get_block(struct us_remote *r, size_t idx,
 /*
  * Copy [@off, @off + @len) of object @idx into @buf from the cache's units
  * of @unit bytes (blocks, or small pages: @key PAGE_KEY), each fetched by
- * the first reader that misses it.  @ahead: while each block is fetched,
- * the workers fetch the read's next ones (ahead_in_read).  false: EIO.
+ * the first reader that misses it; while each is fetched, the workers
+ * fetch the read's next ones (ahead_in_read).  false: EIO.
  */
 static bool copy_units(struct us_remote *r, size_t idx, char *buf, size_t len,
-		       uint64_t off, uint64_t unit, uint64_t key, bool ahead)
+		       uint64_t off, uint64_t unit, uint64_t key)
 {
 	uint64_t first = off / unit, last = (off + len - 1) / unit;
 	char *dst = buf;
@@ -861,8 +864,7 @@ static bool copy_units(struct us_remote *r, size_t idx, char *buf, size_t len,
 		struct us_block *b;
 		uint64_t ustart = u * unit, from, to;
 
-		if (ahead)
-			ahead_in_read(r, idx, u, last);
+		ahead_in_read(r, idx, u, last, key);
 		if (!(b = get_block(r, idx, key | u)))
 			return false;
 		from = off > ustart ? off - ustart : 0;
@@ -942,14 +944,14 @@ enum us_status us_remote_read(struct us_remote *r,
 	 * one's header share a page.
 	 */
 	if (run < SMALL_READ && none_cached(r, idx, first, last)) {
-		ok = copy_units(r, idx, buf, len, off, SMALL_PAGE, PAGE_KEY, false);
+		ok = copy_units(r, idx, buf, len, off, SMALL_PAGE, PAGE_KEY);
 	} else {
 		/* A run already a block long before this read: read ahead of
 		 * it.  (One long read is no run: its own blocks are fetched in
 		 * parallel by ahead_in_read, nothing past it.) */
 		if (run - len >= bs && !r->hinted)
 			prefetch_after(r, idx, last);
-		ok = copy_units(r, idx, buf, len, off, bs, 0, true);
+		ok = copy_units(r, idx, buf, len, off, bs, 0);
 	}
 	if (!ok) {
 		errno = EIO;

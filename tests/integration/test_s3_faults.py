@@ -431,7 +431,7 @@ def test_full_read_fetches_at_most_1_1x(big, fault_proxy):
 
 def test_metadata_at_mount_tensor_bytes_on_demand(big, fault_proxy):
     """The mount fetches metadata, not tensors; one tensor's read fetches its aligned
-    blocks (each Range starts and ends on a --block-size boundary, or a 64 KiB page's
+    blocks (each Range starts and ends on a --block-size boundary, or a 16 KiB page's
     for small reads, or at the object's end), about its own bytes; at most
     --connections requests are in flight at once."""
     d, sums, order = big
@@ -451,7 +451,7 @@ def test_metadata_at_mount_tensor_bytes_on_demand(big, fault_proxy):
         r = child_read(os.path.join(m, "model.safetensors"))
         assert r["errno"] == 0
         s = fault_proxy.snapshot()
-    page = 64 << 10  # small reads (headers, a stream's first read) fetch 64 KiB pages
+    page = 16 << 10  # small reads (headers, a stream's first read) fetch 16 KiB pages
     for method, target, headers in s["requests_log"]:
         rng = [v for k, v in headers if k.lower() == "range"]
         if method != "GET" or not rng:
