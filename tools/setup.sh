@@ -47,7 +47,7 @@ PACKAGES=(build-essential meson ninja-build pkg-config fuse3 libfuse3-dev libcjs
           libzstd-dev python3-venv attr strace rsync valgrind
           libcurl4-openssl-dev  # remote SOURCEs (lib/storage/remote.h): HTTP range reads, SigV4
           s3fs  # the peer of tests/bench/s3_bench.py (s3fs-fuse under unshardfs)
-          nginx-light  # the object front of tests/bench/s3serve.py (never started as a service)
+          nginx-light  # object front of tests/bench/s3serve.py (it starts its own nginx on loopback)
           man-db  # `man unshardfs` after meson install (tests/integration/test_install.py)
           clang libclang-rt-14-dev)  # clang + libFuzzer runtime: build-fuzz/ (Debian 12)
 missing=()
