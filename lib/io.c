@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 enum us_status us_pread_exact(int fd, void *buf, size_t len, uint64_t off)
@@ -32,6 +33,43 @@ enum us_status us_pread_exact(int fd, void *buf, size_t len, uint64_t off)
 		p += n;
 		off += (uint64_t)n;
 		len -= (size_t)n;
+	}
+	return US_OK;
+}
+
+enum us_status us_preadv_exact(int fd, struct iovec *iov, int n, uint64_t off)
+{
+	uint64_t total = 0;
+
+	for (int i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	if (off > (uint64_t)INT64_MAX || total > (uint64_t)INT64_MAX - off) {
+		errno = EINVAL;
+		return US_E_IO;
+	}
+	while (n > 0) {
+		ssize_t got = preadv(fd, iov, n, (off_t)off);
+
+		if (got < 0) {
+			if (errno == EINTR)
+				continue;
+			return US_E_IO; /* errno says why */
+		}
+		if (got == 0) {
+			errno = EIO; /* the file is shorter than recorded */
+			return US_E_IO;
+		}
+		off += (uint64_t)got;
+		/* skip what was filled; resume inside a partly filled buffer */
+		while (n > 0 && (size_t)got >= iov->iov_len) {
+			got -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (char *)iov->iov_base + got;
+			iov->iov_len -= (size_t)got;
+		}
 	}
 	return US_OK;
 }

@@ -18,6 +18,14 @@
 enum us_status us_pread_exact(int fd, void *buf, size_t len, uint64_t off);
 
 /*
+ * us_preadv_exact - read exactly the bytes of @iov[0..@n) (n <= IOV_MAX),
+ * consecutive in the file from @off, as us_pread_exact does one buffer.
+ * @iov is modified (a short read resumes inside it).
+ */
+struct iovec;
+enum us_status us_preadv_exact(int fd, struct iovec *iov, int n, uint64_t off);
+
+/*
  * us_read_small - the whole of the regular file @name (relative to @d, or
  * the current directory when @d is NULL; storage.h) when it is at most @max
  * bytes: malloc'ed, NUL-terminated, in *@text (*@len bytes).  Opened with

@@ -21,16 +21,17 @@
  * from several chunks (Shard(1)); a transposed chunk too big for the cache
  * is read a group of rows at a time (row_group).  One pread each costs
  * a syscall per few bytes,
- * so short plain runs are queued, sorted by source, and served by reading
- * each source span that covers a group of them once into a buffer and
- * scattering.  Long runs still go straight into the reply.
+ * so short plain runs are queued, sorted by source, and served by one
+ * preadv per source span that covers a group of them: each run straight
+ * into its place in the reply, the unneeded bytes between runs into a junk
+ * buffer.  Long runs go straight into the reply too, one pread each.
  * Memory: the buffers come from the assembler's bounded pool (gather.h),
  * one held per read while it gathers: the "fixed per-thread buffer" of
  * design.md, bounded by CPUs rather than by threads.
  */
 #define GATHER_SHORT (64u << 10) /* runs shorter than this are gathered */
 #define GATHER_BUF US_GATHER_BUF
-#define GATHER_GAP (16u << 10)   /* unneeded bytes read to save a syscall */
+#define GATHER_GAP US_GATHER_GAP
 #define GATHER_OPS US_GATHER_OPS
 
 static int op_cmp(const void *a, const void *b)
@@ -68,11 +69,39 @@ struct cpu_ctx {
 	struct row_group rg;             /* strided rows not yet read */
 };
 
-/* Serve the queued runs: one pread per span of nearby source bytes. */
+/*
+ * One preadv from queued run @*i on (advanced past the runs it serves): the
+ * runs of one file that each start at most GATHER_GAP past the previous
+ * one's end, their bytes straight into the reply and the gaps into the junk
+ * buffer.  A run that overlaps the previous one starts the next preadv.
+ */
+static enum us_status flush_span(struct cpu_ctx *ctx, struct us_gather *g,
+				 size_t *i)
+{
+	uint32_t file = g->ops[*i].src->file;
+	uint64_t start = g->ops[*i].src_off, end = start;
+	int n = 0;
+
+	for (; *i < g->n; (*i)++) {
+		const struct us_copy_op *o = &g->ops[*i];
+
+		if (o->src->file != file || o->src_off < end ||
+		    o->src_off - end > GATHER_GAP || n + 2 > US_GATHER_IOV)
+			break;
+		if (o->src_off > end)
+			g->iov[n++] = (struct iovec){ g->junk, o->src_off - end };
+		g->iov[n++] = (struct iovec){ ctx->buf + o->dst_off, o->len };
+		end = o->src_off + o->len;
+	}
+	assert(n > 0); /* the first run always starts at @start */
+	return us_file_preadv(&ctx->sd->files[file], g->iov, n, start);
+}
+
+/* Serve the queued runs: one preadv per span of nearby source bytes. */
 static enum us_status gather_flush(struct cpu_ctx *ctx)
 {
 	struct us_gather *g = ctx->g;
-	size_t i = 0, j;
+	size_t i = 0;
 	enum us_status rc = US_OK;
 
 	if (!g || g->n == 0)
@@ -84,29 +113,8 @@ static enum us_status gather_flush(struct cpu_ctx *ctx)
 				      g->ops[0].len, g->ops[0].src_off);
 	}
 	qsort(g->ops, g->n, sizeof(*g->ops), op_cmp);
-	while (i < g->n && rc == US_OK) {
-		uint32_t file = g->ops[i].src->file;
-		uint64_t start = g->ops[i].src_off;
-		uint64_t end = start + g->ops[i].len;
-
-		for (j = i + 1; j < g->n; j++) {
-			const struct us_copy_op *o = &g->ops[j];
-			uint64_t e = o->src_off + o->len;
-
-			if (o->src->file != file || o->src_off > end + GATHER_GAP ||
-			    (e > end ? e : end) - start > GATHER_BUF)
-				break;
-			if (e > end)
-				end = e;
-		}
-		assert(end - start <= GATHER_BUF);
-		rc = us_file_pread(&ctx->sd->files[file], g->span,
-				    (size_t)(end - start), start);
-		for (; rc == US_OK && i < j; i++)
-			memcpy(ctx->buf + g->ops[i].dst_off,
-			       g->span + (g->ops[i].src_off - start),
-			       g->ops[i].len);
-	}
+	while (i < g->n && rc == US_OK)
+		rc = flush_span(ctx, g, &i);
 	g->n = 0;
 	return rc;
 }

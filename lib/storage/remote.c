@@ -38,11 +38,14 @@
 #define RUN_SLACK (64u << 10)
 /* Small pages share the block cache: their keys have the top bit set. */
 #define PAGE_KEY (1ull << 63)
+/* Consecutive absent pages are fetched by one request, up to this many. */
+#define RUN_MAX (SMALL_READ / SMALL_PAGE)
 
+/* One request's worth: a block, or a run of consecutive small pages. */
 struct job {
 	size_t obj;
-	uint64_t blk;
-	struct us_block *b;
+	unsigned n;
+	struct us_block *b[RUN_MAX];
 };
 
 struct us_remote {
@@ -438,8 +441,12 @@ static void pool_stop(struct us_remote *r)
 	free(r->workers);
 	/* Jobs nobody took: their claims end as failures (nobody waits). */
 	for (; r->qlen; r->qlen--, r->qhead = (r->qhead + 1) % QUEUE_CAP) {
-		us_bcache_done(r->bc, r->q[r->qhead].b, NULL, 0);
-		us_bcache_put(r->bc, r->q[r->qhead].b);
+		const struct job *j = &r->q[r->qhead];
+
+		for (unsigned k = 0; k < j->n; k++) {
+			us_bcache_done(r->bc, j->b[k], NULL, 0);
+			us_bcache_put(r->bc, j->b[k]);
+		}
 	}
 }
 
@@ -666,33 +673,61 @@ static char *fetch_block(struct us_remote *r, size_t idx, uint64_t blk,
 	return data;
 }
 
-/* Fetch small page @pg (PAGE_KEY | index) of object @idx: malloc'd. */
-static char *fetch_page(struct us_remote *r, size_t idx, uint64_t pg,
-			size_t *len)
+/* The bytes of small page @pg (PAGE_KEY | index) of object @idx. */
+static size_t page_len(const struct us_remote *r, size_t idx, uint64_t pg)
 {
 	const struct us_rm_object *o = &r->list.o[idx];
 	uint64_t start = (pg & ~PAGE_KEY) * SMALL_PAGE;
-	char *data;
 
 	assert(start < o->pub.size);
-	*len = (size_t)(o->pub.size - start < SMALL_PAGE ? o->pub.size - start
+	return (size_t)(o->pub.size - start < SMALL_PAGE ? o->pub.size - start
 							  : SMALL_PAGE);
-	data = malloc(*len);
-	if (data && !fetch_range(r, idx, start, *len, data)) {
-		free(data);
-		data = NULL;
-	}
-	return data;
 }
 
-/* Fill the block or small page claimed in @b (us_bcache_get returned 1). */
-static bool fill(struct us_remote *r, struct us_block *b)
+/*
+ * Fill the claimed pages @b[0..@n) (consecutive, of object @idx) with one
+ * request, each page then its own allocation (each leaves the cache on its
+ * own).  Failure fails them all.
+ */
+static bool fill_pages(struct us_remote *r, size_t idx, struct us_block **b,
+		       unsigned n)
+{
+	uint64_t start = (b[0]->blk & ~PAGE_KEY) * SMALL_PAGE;
+	size_t total = 0, at = 0;
+	char *all;
+	bool ok;
+
+	for (unsigned k = 0; k < n; k++) {
+		assert(b[k]->obj == idx && b[k]->blk == b[0]->blk + k);
+		total += page_len(r, idx, b[k]->blk);
+	}
+	all = malloc(total);
+	ok = all && fetch_range(r, idx, start, total, all);
+	for (unsigned k = 0; k < n; k++) {
+		size_t len = page_len(r, idx, b[k]->blk);
+		char *data = ok ? malloc(len) : NULL;
+
+		if (data)
+			memcpy(data, all + at, len);
+		ok = ok && data;
+		us_bcache_done(r->bc, b[k], data, data ? len : 0);
+		at += len;
+	}
+	free(all);
+	return ok;
+}
+
+/* Fill the block or small pages claimed in @j. */
+static bool fill(struct us_remote *r, const struct job *j)
 {
 	size_t len = 0;
-	char *data = b->blk & PAGE_KEY ? fetch_page(r, b->obj, b->blk, &len)
-				       : fetch_block(r, b->obj, b->blk, &len);
+	char *data;
 
-	us_bcache_done(r->bc, b, data, len);
+	if (j->b[0]->blk & PAGE_KEY)
+		return fill_pages(r, j->obj, (struct us_block **)j->b, j->n);
+	assert(j->n == 1);
+	data = fetch_block(r, j->obj, j->b[0]->blk, &len);
+	us_bcache_done(r->bc, j->b[0], data, len);
 	return data != NULL;
 }
 
@@ -715,8 +750,9 @@ static void *worker(void *arg)
 		r->qhead = (r->qhead + 1) % QUEUE_CAP;
 		r->qlen--;
 		pthread_mutex_unlock(&r->pmu);
-		fill(r, j.b);
-		us_bcache_put(r->bc, j.b);
+		fill(r, &j);
+		for (unsigned k = 0; k < j.n; k++)
+			us_bcache_put(r->bc, j.b[k]);
 	}
 }
 
@@ -741,25 +777,73 @@ static void pool_start(struct us_remote *r)
 	pthread_mutex_unlock(&r->pmu);
 }
 
-static void enqueue(struct us_remote *r, size_t idx, uint64_t blk)
+/* Queue job @j (its claims made) for the workers; when it cannot be
+ * queued, give the claims back. */
+static void queue_job(struct us_remote *r, const struct job *j)
 {
-	struct us_block *b;
+	bool queued = false;
 
-	if (us_bcache_get(r->bc, idx, blk, true, &b) != 1)
-		return; /* present, in flight, or no memory */
 	pthread_mutex_lock(&r->pmu);
 	if (r->qlen < QUEUE_CAP && r->nworkers && !r->stopping) {
-		r->q[(r->qhead + r->qlen) % QUEUE_CAP] =
-			(struct job){ idx, blk, b };
+		r->q[(r->qhead + r->qlen) % QUEUE_CAP] = *j;
 		r->qlen++;
-		b = NULL;
+		queued = true;
 		pthread_cond_signal(&r->pcv);
 	}
 	pthread_mutex_unlock(&r->pmu);
-	if (b) { /* not queued: give the claim back */
-		us_bcache_abandon(r->bc, b);
-		us_bcache_put(r->bc, b);
+	for (unsigned k = 0; !queued && k < j->n; k++) {
+		us_bcache_abandon(r->bc, j->b[k]);
+		us_bcache_put(r->bc, j->b[k]);
 	}
+}
+
+/* Prefetch block @blk of object @idx, unless present or in flight. */
+static void enqueue(struct us_remote *r, size_t idx, uint64_t blk)
+{
+	struct job j = { .obj = idx, .n = 1 };
+
+	if (us_bcache_get(r->bc, idx, blk, true, &j.b[0]) != 1)
+		return; /* present, in flight, or no memory */
+	queue_job(r, &j);
+}
+
+/* Fetch @j's run of pages: by the workers (@queue), or now, here. */
+static void start_run(struct us_remote *r, const struct job *j, bool queue)
+{
+	if (queue) {
+		queue_job(r, j);
+		return;
+	}
+	fill(r, j);
+	for (unsigned k = 0; k < j->n; k++)
+		us_bcache_put(r->bc, j->b[k]);
+}
+
+/*
+ * Claim the absent small pages @p0..@p1 of object @idx and fetch each run
+ * of consecutive ones with one request (at most RUN_MAX pages): the records
+ * around a DCP item's edges, or a pickle read at mount, cost a request, not
+ * one per page.  Pages present or in flight are left to their fetch.
+ */
+static void fetch_pages(struct us_remote *r, size_t idx, uint64_t p0,
+			uint64_t p1, bool queue)
+{
+	struct job j = { .obj = idx, .n = 0 };
+
+	for (uint64_t p = p0; p <= p1; p++) {
+		if (us_bcache_get(r->bc, idx, PAGE_KEY | p, true, &j.b[j.n]) == 1)
+			j.n++;
+		else if (j.n) { /* the run ends before a page already there */
+			start_run(r, &j, queue);
+			j.n = 0;
+		}
+		if (j.n == RUN_MAX) {
+			start_run(r, &j, queue);
+			j.n = 0;
+		}
+	}
+	if (j.n)
+		start_run(r, &j, queue);
 }
 
 /*
@@ -837,7 +921,9 @@ static struct us_block *get_block(struct us_remote *r, size_t idx,
 	int rc = us_bcache_get(r->bc, idx, blk, false, &b);
 
 	if (rc == 1) { /* ours to fetch */
-		if (fill(r, b))
+		struct job j = { .obj = idx, .n = 1, .b = { b } };
+
+		if (fill(r, &j))
 			return b;
 		us_bcache_put(r->bc, b);
 		return NULL;
@@ -891,8 +977,8 @@ void us_remote_advise(struct us_remote *r, const struct us_remote_object *o,
 		len = o->size - off;
 	pool_start(r);
 	if (len < SMALL_READ) { /* records: the small pages holding them */
-		for (uint64_t p = off / SMALL_PAGE; p <= (off + len - 1) / SMALL_PAGE; p++)
-			enqueue(r, idx, PAGE_KEY | p);
+		fetch_pages(r, idx, off / SMALL_PAGE, (off + len - 1) / SMALL_PAGE,
+			    true);
 		return;
 	}
 	/* a view's next source bytes: the blocks holding them, as far as
@@ -944,6 +1030,9 @@ enum us_status us_remote_read(struct us_remote *r,
 	 * one's header share a page.
 	 */
 	if (run < SMALL_READ && none_cached(r, idx, first, last)) {
+		/* the absent pages, one request per run of them, then the copy */
+		fetch_pages(r, idx, off / SMALL_PAGE, (off + len - 1) / SMALL_PAGE,
+			    false);
 		ok = copy_units(r, idx, buf, len, off, SMALL_PAGE, PAGE_KEY);
 	} else {
 		/* A run already a block long before this read: read ahead of

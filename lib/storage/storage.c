@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "../grow.h"
@@ -228,6 +229,20 @@ enum us_status us_file_pread(const struct us_file *f, void *buf, size_t len,
 		return us_pread_exact(f->fd, buf, len, off);
 	assert(f->obj);
 	return us_remote_read(f->remote, f->obj, buf, len, off);
+}
+
+enum us_status us_file_preadv(const struct us_file *f, struct iovec *iov,
+			      int n, uint64_t off)
+{
+	if (f->fd >= 0 || !f->remote)
+		return us_preadv_exact(f->fd, iov, n, off);
+	/* a remote object's bytes are copied from its cached blocks anyway */
+	for (int i = 0; i < n; i++) {
+		US_TRY(us_remote_read(f->remote, f->obj, iov[i].iov_base,
+				      iov[i].iov_len, off));
+		off += iov[i].iov_len;
+	}
+	return US_OK;
 }
 
 void us_file_advise(const struct us_file *f, uint64_t off, uint64_t len)

@@ -101,6 +101,13 @@ enum us_status us_file_open_fd(int fd, struct us_file *f);
 enum us_status us_file_pread(const struct us_file *f, void *buf, size_t len,
 			     uint64_t off);
 
+/* us_file_preadv - the bytes at @off of @f, consecutive, into the @n
+ * buffers of @iov (n <= IOV_MAX; modified), as us_file_pread: one preadv
+ * of a local file, a copy per buffer of a remote one. */
+struct iovec;
+enum us_status us_file_preadv(const struct us_file *f, struct iovec *iov,
+			      int n, uint64_t off);
+
 /* us_file_advise - bytes [@off, @off + @len) of @f will be read soon (a
  * reader about to parse many small records): a remote file fetches them
  * ahead in parallel (us_remote_advise); a local one needs nothing, the page

@@ -910,8 +910,12 @@ static void advise_items(const struct dcp *d, const char *fqn)
 		if (!f || it->offset > (uint64_t)f->size ||
 		    it->length > (uint64_t)f->size - it->offset)
 			continue; /* add_tensor refuses it, in its turn */
-		us_file_advise(f, it->offset, edge);
-		us_file_advise(f, it->offset + it->length - edge, edge);
+		/* each edge with the neighbouring item's: one range per
+		 * boundary, asked for twice (by both items) but fetched once */
+		uint64_t from = it->offset > ITEM_EDGE ? it->offset - ITEM_EDGE : 0;
+
+		us_file_advise(f, from, it->offset + edge - from);
+		us_file_advise(f, it->offset + it->length - edge, edge + ITEM_EDGE);
 	}
 }
 
