@@ -4,7 +4,8 @@
  * do, so that every failure path is run and must end in one clean refusal.
  *
  *   US_FI_CLASS=alloc  malloc, calloc, realloc return NULL with ENOMEM
- *   US_FI_CLASS=io     read, pread, pread64 return -1 with EIO
+ *   US_FI_CLASS=io     read, pread, pread64, preadv, preadv64 return -1
+ *                      with EIO
  *   US_FI_FAIL=N       fail the Nth call of that class (1-based), only that
  *                      one; 0 or unset: fail none (a counting run)
  *   US_FI_STICKY=1     fail call N and every later one of the class (a disk
@@ -79,6 +80,7 @@
 #include <link.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 enum fi_class { FI_NONE, FI_ALLOC, FI_IO };
@@ -97,6 +99,8 @@ static void (*real_free)(void *);
 static ssize_t (*real_read)(int, void *, size_t);
 static ssize_t (*real_pread)(int, void *, size_t, off_t);
 static ssize_t (*real_pread64)(int, void *, size_t, off64_t);
+static ssize_t (*real_preadv)(int, const struct iovec *, int, off_t);
+static ssize_t (*real_preadv64)(int, const struct iovec *, int, off64_t);
 
 /* dlsym's own early calloc: served from here until real_calloc is known. */
 static _Alignas(16) unsigned char boot_buf[4096];
@@ -134,6 +138,8 @@ static void resolve(void)
 	*(void **)&real_read = dlsym(RTLD_NEXT, "read");
 	*(void **)&real_pread = dlsym(RTLD_NEXT, "pread");
 	*(void **)&real_pread64 = dlsym(RTLD_NEXT, "pread64");
+	*(void **)&real_preadv = dlsym(RTLD_NEXT, "preadv");
+	*(void **)&real_preadv64 = dlsym(RTLD_NEXT, "preadv64");
 }
 
 /* Where ld.so is mapped: its allocations are not counted. */
@@ -401,4 +407,29 @@ ssize_t pread64(int fd, void *buf, size_t n, off64_t off)
 		return -1;
 	}
 	return real_pread64(fd, buf, n, off);
+}
+
+/* The CPU executor's gathers (exec_cpu.c) read with preadv. */
+ssize_t preadv(int fd, const struct iovec *iov, int n, off_t off)
+{
+	if (!real_preadv)
+		resolve();
+	if (fi_class == FI_IO && eligible(__builtin_return_address(0)) &&
+	    !is_chardev(fd) && fail_now(FI_IO)) {
+		errno = EIO;
+		return -1;
+	}
+	return real_preadv(fd, iov, n, off);
+}
+
+ssize_t preadv64(int fd, const struct iovec *iov, int n, off64_t off)
+{
+	if (!real_preadv64)
+		resolve();
+	if (fi_class == FI_IO && eligible(__builtin_return_address(0)) &&
+	    !is_chardev(fd) && fail_now(FI_IO)) {
+		errno = EIO;
+		return -1;
+	}
+	return real_preadv64(fd, iov, n, off);
 }
