@@ -34,6 +34,7 @@
 #include "root_xattr.h"
 #include "source/source.h"
 #include "source_hint.h"
+#include "tbuf.h"
 #include "us_config.h"
 #include "view/readahead.h"
 
@@ -412,6 +413,8 @@ static int serve(const struct us_opts *o, struct mount_state *m)
 		goto out_unmount;
 	fuse_loop_cfg_set_clone_fd(cfg, 0);
 	fuse_loop_cfg_set_idle_threads(cfg, 16);
+	/* a remote SOURCE's buffered reads wait on the network (tbuf.h) */
+	us_rbuf_limit(m->sd->remote ? 16 : 0);
 	watch = us_exit_watch_start(se, absmnt);
 	rc = fuse_session_loop_mt(se, cfg);
 	us_exit_watch_loop_done(watch);

@@ -274,12 +274,13 @@ static int reply_mapped(fuse_req_t req, const struct us_node *n, size_t size,
 	return reply_segs(req, segv, segs.n);
 }
 
-/* A read that cannot be spliced: assembled (or read) into the thread's
- * buffer, then replied. */
+/* A read that cannot be spliced: assembled (or read) into a reply buffer
+ * of the pool (tbuf.h), then replied. */
 static void reply_buffered(fuse_req_t req, const struct us_node *n,
 			   size_t size, off_t off, struct fuse_file_info *fi)
 {
-	char *buf = us_thread_buf(size);
+	struct us_rbuf *rb = us_rbuf_take(size);
+	char *buf = rb ? rb->p : NULL;
 	long long got;
 
 	if (!buf) {
@@ -301,6 +302,7 @@ static void reply_buffered(fuse_req_t req, const struct us_node *n,
 		fuse_reply_err(req, (int)-got);
 	else
 		fuse_reply_buf(req, buf, (size_t)got);
+	us_rbuf_give(rb);
 }
 
 static void us_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -362,11 +364,13 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct us_tree *t = tree_of(req);
 	struct us_node *d = us_tree_get(t, ino);
-	char *buf = us_thread_buf(size);
+	struct us_rbuf *rb = d && d->kind == US_NODE_DIR ? us_rbuf_take(size) : NULL;
+	char *buf = rb ? rb->p : NULL;
 	size_t pos = 0;
 
 	if (!d || d->kind != US_NODE_DIR || !buf) {
-		fuse_reply_err(req, !d ? ENOENT : !buf ? ENOMEM : ENOTDIR);
+		fuse_reply_err(req, !d ? ENOENT : d->kind != US_NODE_DIR ? ENOTDIR
+									: ENOMEM);
 		return;
 	}
 	for (size_t i = (size_t)off; i < d->u.dir.nents + 2; i++) {
@@ -390,6 +394,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		pos += need;
 	}
 	fuse_reply_buf(req, buf, pos);
+	us_rbuf_give(rb);
 }
 
 static void us_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,

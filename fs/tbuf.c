@@ -1,60 +1,81 @@
-/* tbuf.c - per-thread reply buffers (tbuf.h). */
+/* tbuf.c - the reply buffers' bounded pool (tbuf.h). */
 #include "tbuf.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
-struct thread_buf {
-	char *p;
-	size_t cap;
-};
+#define MAX_BUFS 16u
 
-static pthread_key_t tbuf_key;
-static pthread_once_t tbuf_once = PTHREAD_ONCE_INIT;
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct us_rbuf *free; /* most recently given back first */
+	unsigned live, max;
+} pool = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0 };
 
-static void tbuf_free(void *v)
+static unsigned cpus(void)
 {
-	struct thread_buf *b = v;
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
 
-	free(b->p);
-	free(b);
+	return n < 2 ? 2u : n > (long)MAX_BUFS ? MAX_BUFS : (unsigned)n;
 }
 
-static void tbuf_key_init(void)
+void us_rbuf_limit(unsigned max)
 {
-	if (pthread_key_create(&tbuf_key, tbuf_free) != 0)
-		abort(); /* only EAGAIN/ENOMEM at start-up: nothing to serve */
+	pthread_mutex_lock(&pool.mu);
+	pool.max = max == 0 ? cpus() : max > MAX_BUFS ? MAX_BUFS : max;
+	pthread_mutex_unlock(&pool.mu);
 }
 
-static struct thread_buf *tbuf_get(void)
+/* A free buffer, or a new one while under the limit, or wait for one. */
+static struct us_rbuf *take_any(void)
 {
-	struct thread_buf *b;
+	struct us_rbuf *b = NULL;
 
-	pthread_once(&tbuf_once, tbuf_key_init);
-	b = pthread_getspecific(tbuf_key);
-	if (b)
-		return b;
-	b = calloc(1, sizeof(*b));
-	if (!b || pthread_setspecific(tbuf_key, b) != 0) {
-		free(b);
+	pthread_mutex_lock(&pool.mu);
+	if (!pool.max)
+		pool.max = cpus();
+	while (!pool.free && pool.live >= pool.max)
+		pthread_cond_wait(&pool.cv, &pool.mu);
+	if (pool.free) {
+		b = pool.free;
+		pool.free = b->next;
+	} else if ((b = calloc(1, sizeof(*b))) != NULL) {
+		pool.live++;
+	}
+	pthread_mutex_unlock(&pool.mu);
+	return b;
+}
+
+struct us_rbuf *us_rbuf_take(size_t size)
+{
+	struct us_rbuf *b = take_any();
+
+	if (!b)
 		return NULL;
+	if (size > b->cap || !b->p) {
+		char *p = realloc(b->p, size ? size : 1);
+
+		if (!p) {
+			us_rbuf_give(b);
+			return NULL;
+		}
+		b->p = p;
+		b->cap = size;
 	}
 	return b;
 }
 
-char *us_thread_buf(size_t size)
+void us_rbuf_give(struct us_rbuf *b)
 {
-	struct thread_buf *b = tbuf_get();
-
 	if (!b)
-		return NULL;
-	if (size > b->cap) {
-		char *p = realloc(b->p, size);
-
-		if (!p)
-			return NULL;
-		b->p = p;
-		b->cap = size;
-	}
-	return b->p ? b->p : (b->p = malloc(1));
+		return;
+	pthread_mutex_lock(&pool.mu);
+	assert(pool.live > 0);
+	b->next = pool.free;
+	pool.free = b;
+	pthread_cond_signal(&pool.cv);
+	pthread_mutex_unlock(&pool.mu);
 }
