@@ -33,6 +33,7 @@
 #include "pipe.h"
 #include "root_xattr.h"
 #include "source/source.h"
+#include "storage/remote.h"
 #include "source_hint.h"
 #include "tbuf.h"
 #include "us_config.h"
@@ -402,6 +403,10 @@ static int serve(const struct us_opts *o, struct mount_state *m)
 	}
 	if (absmnt)
 		us_raise_read_ahead(absmnt, us_read_ahead_kb());
+	/* threads do not survive the fork: the remote store's workers,
+	 * started by advice while SOURCE was read, start again after it */
+	if (m->sd->remote)
+		us_remote_quiesce(m->sd->remote);
 	fuse_daemonize(o->foreground);
 	if (!o->foreground) {
 		us_msg_use_syslog(); /* stderr is /dev/null from here on */
@@ -413,7 +418,8 @@ static int serve(const struct us_opts *o, struct mount_state *m)
 		goto out_unmount;
 	fuse_loop_cfg_set_clone_fd(cfg, 0);
 	fuse_loop_cfg_set_idle_threads(cfg, 16);
-	/* a remote SOURCE's buffered reads wait on the network (tbuf.h) */
+	/* a remote SOURCE's buffered reads wait on the network (tbuf.h):
+	 * as many buffers as FUSE threads (libfuse's max_threads: 10) */
 	us_rbuf_limit(m->sd->remote ? 16 : 0);
 	watch = us_exit_watch_start(se, absmnt);
 	rc = fuse_session_loop_mt(se, cfg);

@@ -12,9 +12,11 @@
  * used first, and no more than a limit exist: one per CPU for a local
  * SOURCE, whose buffered reads are memory copies anyway; more for a remote
  * one, whose reads wait on the network while they hold one.  A thread holds
- * at most one buffer and never waits while holding one: no deadlock.  This
- * is the "fixed per-thread buffer" of design.md's memory bound, bounded by
- * the limit instead of the threads.
+ * at most one reply buffer; holding it, it may wait for a gather buffer
+ * (assemble/gather.h) or a remote block, never for another reply buffer,
+ * and nothing holding those waits for a reply buffer: no cycle.  readdir
+ * has a buffer of its own.  This is the "fixed per-thread buffer" of
+ * design.md's memory bound, bounded by the limit instead of the threads.
  */
 #ifndef US_TBUF_H
 #define US_TBUF_H

@@ -73,20 +73,23 @@ struct cpu_ctx {
  * One preadv from queued run @*i on (advanced past the runs it serves): the
  * runs of one file that each start at most GATHER_GAP past the previous
  * one's end, their bytes straight into the reply and the gaps into the junk
- * buffer.  A run that overlaps the previous one starts the next preadv.
+ * buffer.  A run that overlaps the previous one starts the next preadv.  A
+ * remote file's runs must touch (no gap): its gap bytes would be fetched.
  */
 static enum us_status flush_span(struct cpu_ctx *ctx, struct us_gather *g,
 				 size_t *i)
 {
 	uint32_t file = g->ops[*i].src->file;
+	const struct us_file *f = &ctx->sd->files[file];
 	uint64_t start = g->ops[*i].src_off, end = start;
+	uint64_t max_gap = f->fd >= 0 ? GATHER_GAP : 0;
 	int n = 0;
 
 	for (; *i < g->n; (*i)++) {
 		const struct us_copy_op *o = &g->ops[*i];
 
 		if (o->src->file != file || o->src_off < end ||
-		    o->src_off - end > GATHER_GAP || n + 2 > US_GATHER_IOV)
+		    o->src_off - end > max_gap || n + 2 > US_GATHER_IOV)
 			break;
 		if (o->src_off > end)
 			g->iov[n++] = (struct iovec){ g->junk, o->src_off - end };
@@ -94,7 +97,7 @@ static enum us_status flush_span(struct cpu_ctx *ctx, struct us_gather *g,
 		end = o->src_off + o->len;
 	}
 	assert(n > 0); /* the first run always starts at @start */
-	return us_file_preadv(&ctx->sd->files[file], g->iov, n, start);
+	return us_file_preadv(f, g->iov, n, start);
 }
 
 /* Serve the queued runs: one preadv per span of nearby source bytes. */

@@ -12,8 +12,10 @@
  * VmHWM (docs/benchmarks.md, "Recipes").  A read takes a buffer for the
  * duration of one us_exec_cpu_read and gives it back, and no more than
  * @max exist: more concurrent gathers than CPUs only queue for memory
- * bandwidth anyway.  A reader holds at most one buffer and never waits
- * while holding one, so waiting cannot deadlock.  The span buffer remains
+ * bandwidth anyway.  A reader holds at most one gather buffer; holding it,
+ * it may wait on its source's bytes (a remote block), never on a buffer of
+ * either pool (a reply buffer, fs/tbuf.h, is always taken first), so
+ * waiting cannot deadlock.  The span buffer remains
  * for the row groups of a transposed chunk (elements scattered to rows,
  * which no iovec can express), and its pages are touched only by them.
  */

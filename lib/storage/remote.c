@@ -10,8 +10,10 @@
  * two versions are never mixed, because every block of a read comes from
  * the one recorded version.
  *
- * Threads: us_remote_open starts none (the daemon forks after it).  The
- * prefetch workers start on the first read that looks sequential.
+ * Threads: us_remote_open starts none.  The prefetch workers start on the
+ * first need (advice at mount, a read that looks sequential, a read of many
+ * blocks); the daemon stops them before it forks (us_remote_quiesce), and
+ * they start again in the child.
  */
 #include "remote_internal.h"
 
@@ -430,7 +432,10 @@ enum us_status us_remote_open(const char *url, const struct us_remote_opts *o,
 	return US_OK;
 }
 
-static void pool_stop(struct us_remote *r)
+/* Stop the workers; the jobs nobody took end unfetched: @abandon, looked
+ * for again by the next reader (a fork comes), or as failures (the end,
+ * when nobody waits). */
+static void pool_stop(struct us_remote *r, bool abandon)
 {
 	pthread_mutex_lock(&r->pmu);
 	r->stopping = true;
@@ -439,12 +444,16 @@ static void pool_stop(struct us_remote *r)
 	for (unsigned i = 0; i < r->nworkers; i++)
 		pthread_join(r->workers[i], NULL);
 	free(r->workers);
-	/* Jobs nobody took: their claims end as failures (nobody waits). */
+	r->workers = NULL;
+	r->nworkers = 0;
 	for (; r->qlen; r->qlen--, r->qhead = (r->qhead + 1) % QUEUE_CAP) {
 		const struct job *j = &r->q[r->qhead];
 
 		for (unsigned k = 0; k < j->n; k++) {
-			us_bcache_done(r->bc, j->b[k], NULL, 0);
+			if (abandon)
+				us_bcache_abandon(r->bc, j->b[k]);
+			else
+				us_bcache_done(r->bc, j->b[k], NULL, 0);
 			us_bcache_put(r->bc, j->b[k]);
 		}
 	}
@@ -454,7 +463,7 @@ void us_remote_free(struct us_remote *r)
 {
 	if (!r)
 		return;
-	pool_stop(r);
+	pool_stop(r, false);
 	us_bcache_free(r->bc);
 	us_dcache_free(r->dc);
 	us_http_free(r->http);
@@ -807,16 +816,20 @@ static void enqueue(struct us_remote *r, size_t idx, uint64_t blk)
 	queue_job(r, &j);
 }
 
-/* Fetch @j's run of pages: by the workers (@queue), or now, here. */
-static void start_run(struct us_remote *r, const struct job *j, bool queue)
+/* Fetch @j's run of pages: by the workers (@queue), or now, here (false:
+ * that fetch failed). */
+static bool start_run(struct us_remote *r, const struct job *j, bool queue)
 {
+	bool ok;
+
 	if (queue) {
 		queue_job(r, j);
-		return;
+		return true;
 	}
-	fill(r, j);
+	ok = fill(r, j);
 	for (unsigned k = 0; k < j->n; k++)
 		us_bcache_put(r->bc, j->b[k]);
+	return ok;
 }
 
 /*
@@ -824,8 +837,10 @@ static void start_run(struct us_remote *r, const struct job *j, bool queue)
  * of consecutive ones with one request (at most RUN_MAX pages): the records
  * around a DCP item's edges, or a pickle read at mount, cost a request, not
  * one per page.  Pages present or in flight are left to their fetch.
+ * false: a fetch made here (not @queue) failed, after its retries; the
+ * caller's read fails with it rather than try again.
  */
-static void fetch_pages(struct us_remote *r, size_t idx, uint64_t p0,
+static bool fetch_pages(struct us_remote *r, size_t idx, uint64_t p0,
 			uint64_t p1, bool queue)
 {
 	struct job j = { .obj = idx, .n = 0 };
@@ -834,16 +849,17 @@ static void fetch_pages(struct us_remote *r, size_t idx, uint64_t p0,
 		if (us_bcache_get(r->bc, idx, PAGE_KEY | p, true, &j.b[j.n]) == 1)
 			j.n++;
 		else if (j.n) { /* the run ends before a page already there */
-			start_run(r, &j, queue);
+			if (!start_run(r, &j, queue))
+				return false;
 			j.n = 0;
 		}
 		if (j.n == RUN_MAX) {
-			start_run(r, &j, queue);
+			if (!start_run(r, &j, queue))
+				return false;
 			j.n = 0;
 		}
 	}
-	if (j.n)
-		start_run(r, &j, queue);
+	return j.n == 0 || start_run(r, &j, queue);
 }
 
 /*
@@ -889,20 +905,20 @@ static void prefetch_after(struct us_remote *r, size_t idx, uint64_t last)
 /* ------------------------------------------------------------- reads */
 
 /*
- * A read of many units (the loader reads whole tensors; a pickle read at
- * mount spans several small pages) needs them all now: while this thread
- * fetches unit @u, the workers fetch the next `depth` of this read, a
- * window that moves with the loop so that the cache never holds more of one
- * read ahead than it can keep.  @key: 0 for blocks, PAGE_KEY for pages.
+ * A read of many blocks (the loader reads whole tensors) needs them all
+ * now: while this thread fetches @blk, the workers fetch the next `depth`
+ * of this read, a window that moves with the loop so that the cache never
+ * holds more of one read ahead than it can keep.  (A read of several small
+ * pages fetched them already, one request per run: fetch_pages.)
  */
-static void ahead_in_read(struct us_remote *r, size_t idx, uint64_t u,
-			  uint64_t last, uint64_t key)
+static void ahead_in_read(struct us_remote *r, size_t idx, uint64_t blk,
+			  uint64_t last)
 {
-	if (u == last || !r->depth)
+	if (blk == last || !r->depth)
 		return;
 	pool_start(r);
-	for (uint64_t b = u + 1; b <= last && b <= u + r->depth; b++)
-		enqueue(r, idx, key | b);
+	for (uint64_t b = blk + 1; b <= last && b <= blk + r->depth; b++)
+		enqueue(r, idx, b);
 }
 
 /*
@@ -937,8 +953,8 @@ static struct us_block *get_block(struct us_remote *r, size_t idx,
 /*
  * Copy [@off, @off + @len) of object @idx into @buf from the cache's units
  * of @unit bytes (blocks, or small pages: @key PAGE_KEY), each fetched by
- * the first reader that misses it; while each is fetched, the workers
- * fetch the read's next ones (ahead_in_read).  false: EIO.
+ * the first reader that misses it; while each block is fetched, the
+ * workers fetch the read's next ones (ahead_in_read).  false: EIO.
  */
 static bool copy_units(struct us_remote *r, size_t idx, char *buf, size_t len,
 		       uint64_t off, uint64_t unit, uint64_t key)
@@ -950,7 +966,8 @@ static bool copy_units(struct us_remote *r, size_t idx, char *buf, size_t len,
 		struct us_block *b;
 		uint64_t ustart = u * unit, from, to;
 
-		ahead_in_read(r, idx, u, last, key);
+		if (!key)
+			ahead_in_read(r, idx, u, last);
 		if (!(b = get_block(r, idx, key | u)))
 			return false;
 		from = off > ustart ? off - ustart : 0;
@@ -962,6 +979,15 @@ static bool copy_units(struct us_remote *r, size_t idx, char *buf, size_t len,
 	}
 	assert(dst == buf + len);
 	return true;
+}
+
+void us_remote_quiesce(struct us_remote *r)
+{
+	pool_stop(r, true);
+	pthread_mutex_lock(&r->pmu);
+	r->stopping = false;
+	atomic_store(&r->started, false);
+	pthread_mutex_unlock(&r->pmu);
 }
 
 void us_remote_advise(struct us_remote *r, const struct us_remote_object *o,
@@ -977,8 +1003,8 @@ void us_remote_advise(struct us_remote *r, const struct us_remote_object *o,
 		len = o->size - off;
 	pool_start(r);
 	if (len < SMALL_READ) { /* records: the small pages holding them */
-		fetch_pages(r, idx, off / SMALL_PAGE, (off + len - 1) / SMALL_PAGE,
-			    true);
+		(void)fetch_pages(r, idx, off / SMALL_PAGE,
+				  (off + len - 1) / SMALL_PAGE, true);
 		return;
 	}
 	/* a view's next source bytes: the blocks holding them, as far as
@@ -1031,9 +1057,9 @@ enum us_status us_remote_read(struct us_remote *r,
 	 */
 	if (run < SMALL_READ && none_cached(r, idx, first, last)) {
 		/* the absent pages, one request per run of them, then the copy */
-		fetch_pages(r, idx, off / SMALL_PAGE, (off + len - 1) / SMALL_PAGE,
-			    false);
-		ok = copy_units(r, idx, buf, len, off, SMALL_PAGE, PAGE_KEY);
+		ok = fetch_pages(r, idx, off / SMALL_PAGE,
+				 (off + len - 1) / SMALL_PAGE, false) &&
+		     copy_units(r, idx, buf, len, off, SMALL_PAGE, PAGE_KEY);
 	} else {
 		/* A run already a block long before this read: read ahead of
 		 * it.  (One long read is no run: its own blocks are fetched in

@@ -121,4 +121,14 @@ void us_remote_advise(struct us_remote *r, const struct us_remote_object *o,
 
 void us_remote_get_stats(const struct us_remote *r, struct us_remote_stats *s);
 
+/*
+ * us_remote_quiesce - a fork comes (the daemon's fuse_daemonize): stop the
+ * prefetch workers that reading the SOURCE at mount started (advice), give
+ * the jobs nobody took back unfetched, and let the workers start again on
+ * the next need, in whichever process that is.  Threads do not survive a
+ * fork: without this a background mount's child queued read-ahead for
+ * workers it did not have, and readers waited on those blocks for ever.
+ */
+void us_remote_quiesce(struct us_remote *r);
+
 #endif /* US_REMOTE_H */

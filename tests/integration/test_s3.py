@@ -25,6 +25,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -175,6 +176,49 @@ def test_s3_mount_equals_local_mount(family, moto_server, fixtures_bucket):
         stats = s3env.remote_stats(rm)
         assert stats["requests"] > 0 and stats["bytes_fetched"] > 0
         assert stats["bytes_read"] > 0, "every file was read through the mount"
+
+
+_SHA_ALL = r"""
+import hashlib, os, sys, json
+out = {}
+for dp, dns, fns in os.walk(sys.argv[1]):
+    for n in fns:
+        p = os.path.join(dp, n)
+        with open(p, "rb") as f:
+            out[os.path.relpath(p, sys.argv[1])] = hashlib.sha256(f.read()).hexdigest()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("family", ["dcp-fsdp2-optim", "deepspeed-z2", "safetensors-index"])
+def test_background_mount_serves_every_file(family, moto_server, fixtures_bucket, tmp_path):
+    """Without -f the daemon forks (fuse_daemonize) after reading SOURCE, whose advice
+    started the store's prefetch workers: threads do not survive a fork, so the child
+    once queued read-ahead nobody fetched and a read of model.safetensors hung.  Every
+    file of a background mount is read (in a child with a deadline) and equals the
+    local mount's."""
+    local, opts = FAMILIES[family]
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run([require_binary(), *remote_opts(moto_server.url), *opts, s3_url(family),
+                        str(mnt)], capture_output=True, text=True, timeout=MOUNT_TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    try:
+        got = subprocess.run([sys.executable, "-c", _SHA_ALL, str(mnt)], capture_output=True,
+                             text=True, timeout=120)
+        assert got.returncode == 0, got.stderr
+        with mount(local, *opts) as lm:
+            want = subprocess.run([sys.executable, "-c", _SHA_ALL, lm], capture_output=True,
+                                  text=True, timeout=120)
+        assert json.loads(got.stdout) == json.loads(want.stdout)
+    finally:
+        for _ in range(40):
+            if not os.path.ismount(mnt) or subprocess.run(
+                    ["fusermount3", "-u", str(mnt)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.25)
+        else:
+            subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
 
 
 def test_local_mount_has_no_remote_stats():
