@@ -12,7 +12,8 @@ and measures:
 
   s1  time to first tensor: mount s3://BUCKET/ckpt + read one tensors/ file, vs boto3
       download of the whole prefix + torch's dcp_to_torch_save + torch.load(mmap) of
-      one tensor (target >= 100x at >= 4 GB)
+      one tensor (target >= 100x at >= 4 GB); the same peer run then reads every
+      weight, beside s2's full load (s2')
   s2  full load: mount + read of model.safetensors through the s3:// mount, vs
       unshardfs mounted on an s3fs-fuse mount of the same bucket, its mount timed too
       (s3fs fetches most of the shards then); the read alone is printed beside it
@@ -117,7 +118,9 @@ def first_tensor_peer(s3, scratch, name):
         sd = torch.load(out, mmap=True, weights_only=True)["model"]
         t = sd[name].clone()
         total = time.perf_counter() - t0
-        return total, t_dl, t.numel() * t.element_size()
+        # and the whole model: what s2's full load gives (every weight read)
+        n = sum(v.clone().numel() * v.element_size() for v in sd.values())
+        return total, t_dl, t.numel() * t.element_size(), time.perf_counter() - t0, n
     finally:
         shutil.rmtree(dl, ignore_errors=True)
 
@@ -247,6 +250,11 @@ def main():
           f"{cell(ours2, err2, load_cell)} | "
           f"{cell(peer2, perr2, lambda r: load_cell(r) + ' (unshardfs over s3fs-fuse)')} | "
           f"{ratio2} | ≥ 1.5× |")
+    ratio4 = f"{peer1[3] / ours2[0]:.1f}×" if ours2 and peer1 else "n/a"
+    print(f"| s2' | full load (s2's) vs download + dcp_to_torch_save + torch.load + every "
+          f"weight read | {cell(ours2, err2, lambda r: f'{r[0]:.2f} s')} | "
+          f"{cell(peer1, perr1, lambda r: f'{r[3]:.2f} s ({r[4] / 1e9:.2f} GB of weights)')} | "
+          f"{ratio4} | report |")
     ratio3 = f"{ours2[3]['bytes_fetched'] / weights:.3f}×" if ours2 else "n/a"
     if ours2:
         d = ours2[3]
