@@ -24,6 +24,9 @@ nginx-light, tools/setup.sh), FileS3 puts it in front, as S3's or MinIO's own fr
 is: nginx serves every object GET and HEAD (Range, If-Match, sendfile, a process per
 CPU), and passes only listings and misses to the Python server, which names each object
 by nginx's own ETag ("<mtime s>-<size>" in hex), so that If-Match agrees.
+
+S3SERVE_LATENCY_MS=N makes the Python server wait N ms before each answer, a store's
+time to first byte (front=None only: nginx has no such knob).
 """
 import email.utils
 import html
@@ -38,6 +41,9 @@ import tempfile
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, HTTPServer
+
+
+LATENCY = float(os.environ.get("S3SERVE_LATENCY_MS", "0")) / 1000
 
 
 def _etag(st):
@@ -87,6 +93,8 @@ class Handler(BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_GET(self):
+        if LATENCY:
+            time.sleep(LATENCY)  # a store's time to first byte (S3: 10-30 ms)
         bucket, key, q = self._split()
         root = self.server.root
         if not bucket or "/" in bucket or not os.path.isdir(os.path.join(root, bucket)):
