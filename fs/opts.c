@@ -125,7 +125,7 @@ void us_opts_usage(FILE *out)
 "    --cache-dir=DIR        keep fetched blocks in DIR across mounts\n"
 "                           (default: memory only)\n"
 "    --cache-dir-size=SIZE  bound on --cache-dir (default: 10G)\n"
-"    --connections=N        parallel requests, 1 to 256 (default: 8)\n"
+"    --connections=N        parallel requests, 1 to 256 (default: 16)\n"
 "    --retries=N            retries of a failed request, then EIO, 1 to 100\n"
 "                           (default: 5)\n"
 "    --timeout=S            seconds one request may take, 1 to 3600\n"

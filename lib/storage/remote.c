@@ -26,7 +26,7 @@
 #define DEF_BLOCK (8ull << 20)
 #define DEF_CACHE (256ull << 20)
 #define DEF_DISK (10ull << 30)
-#define DEF_CONNS 8u
+#define DEF_CONNS 16u
 #define DEF_RETRIES 5u
 #define DEF_TIMEOUT 30u
 #define MAX_CONNS 256u

@@ -45,7 +45,7 @@ struct us_remote_opts {
 	uint64_t cache_bytes;     /* memory for cached blocks [256 MiB] */
 	const char *cache_dir;    /* --cache-dir [none]: on-disk block cache */
 	uint64_t cache_dir_size;  /* --cache-dir-size [10 GiB] */
-	unsigned connections;     /* --connections [8]: parallel requests */
+	unsigned connections;     /* --connections [16]: parallel requests */
 	unsigned retries;         /* --retries [5]: per request, then EIO */
 	unsigned timeout_s;       /* --timeout [30]: per request, seconds */
 	/* The caller says what it reads next (us_remote_advise: the daemon's

@@ -194,6 +194,9 @@ class Handler(BaseHTTPRequestHandler):
 class _Server(socketserver.ThreadingMixIn, HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default listen backlog is 5: a client opening 16 connections at
+    # once had SYNs dropped and waited 1 s for their retransmission
+    request_queue_size = 128
 
 
 NGINX_CONF = """
