@@ -17,9 +17,10 @@ rewrite. HTTP/1.1 keep-alive, a thread per connection, TCP_NODELAY (without it e
 response under one segment waits for the client's delayed ACK: a mount's 16 KiB pages
 took 6 s instead of 0.27 s).
 
-One Python process serves every request under one GIL, at about 0.3 ms of CPU each, and
-past 8 connections its threads convoy on the GIL (16 connections: a mount 1.2 s instead
-of 0.2 s): that measures CPython, not a client.  When nginx is installed (Debian's
+One Python process serves every request under one GIL, at about 0.3 ms of CPU each:
+that measures CPython, not a client.  (It listened with socketserver's backlog of 5 at
+first: of 16 connections opened at once some lost their SYN and waited 1 s for its
+retransmission, a mount 1.2 s instead of 0.2 s; now 128.)  When nginx is installed (Debian's
 nginx-light, tools/setup.sh), FileS3 puts it in front, as S3's or MinIO's own front end
 is: nginx serves every object GET and HEAD (Range, If-Match, sendfile, a process per
 CPU), and passes only listings and misses to the Python server, which names each object
