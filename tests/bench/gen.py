@@ -29,17 +29,25 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _dcp_worker(rank, world, port, out, nt, rows, cols, shard, transposed=False):
+def gloo_mesh(rank, world, port):
+    """In a worker process: join a @world-rank gloo group on loopback @port (one torch
+    thread each) and return its 1-D CPU device mesh."""
     import torch
     import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor, Shard
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    mesh = init_device_mesh("cpu", (world,))
+    return init_device_mesh("cpu", (world,))
+
+
+def _dcp_worker(rank, world, port, out, nt, rows, cols, shard, transposed=False):
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.tensor import DTensor, Shard
+    mesh = gloo_mesh(rank, world, port)
     g = torch.Generator().manual_seed(1000 + rank)
     sd = {}
     for i in range(nt):
@@ -126,13 +134,8 @@ def _tt_worker(rank, world, port, out, shapes):
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    mesh = init_device_mesh("cpu", (world,))
+    mesh = gloo_mesh(rank, world, port)
     sd = {}
     for name, shape in shapes.items():
         # FSDP2's Shard(0): rows split evenly (the shapes are multiples of world)

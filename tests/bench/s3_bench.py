@@ -53,13 +53,8 @@ def _worker(rank, world, port, out, nt, rows, cols):
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    mesh = init_device_mesh("cpu", (world,))
+    mesh = gen.gloo_mesh(rank, world, port)
     g = torch.Generator().manual_seed(2100 + rank)
 
     def dt(dtype):

@@ -43,6 +43,8 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
+import gen  # noqa: E402 (tests/bench: the free-port helper)
+
 
 LATENCY = float(os.environ.get("S3SERVE_LATENCY_MS", "0")) / 1000
 
@@ -240,12 +242,6 @@ http {{
 """
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class FileS3:
     """The server in its own process (its threads must not share the benchmark's
     GIL), on a free loopback port, behind nginx when there is one (front=None: the
@@ -270,7 +266,7 @@ class FileS3:
 
     def _start_nginx(self, exe, root, py):
         self.prefix = tempfile.mkdtemp(prefix="s3serve-nginx-")
-        port = _free_port()
+        port = gen._free_port()
         user = "user root;" if os.geteuid() == 0 else ""  # the bench's temp dirs are 0700
         conf = os.path.join(self.prefix, "nginx.conf")
         with open(conf, "w") as f:
@@ -290,19 +286,6 @@ class FileS3:
                     raise RuntimeError("nginx did not start: " + log)
                 time.sleep(0.02)
         self.url, self.front = f"http://127.0.0.1:{port}", "nginx"
-
-    def pids(self):
-        """The processes serving: the Python server's, nginx's (for CPU counts)."""
-        out = [self.proc.pid]
-        if self.nginx:
-            out.append(self.nginx.pid)
-            try:
-                kids = subprocess.run(["pgrep", "-P", str(self.nginx.pid)],
-                                      capture_output=True, text=True).stdout.split()
-                out += [int(k) for k in kids]
-            except OSError:
-                pass
-        return out
 
     def stop(self):
         if self.nginx is not None:
