@@ -25,13 +25,12 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
 import s3env
 from conftest import (BUILD, FIXTURES, REPO, REFUSAL_RE, SOURCES, hub_snapshot, mount,
-                      refuse, require_binary, run_cli, tensor_bytes)
+                      refuse, require_binary, run_cli, tensor_bytes, unmount)
 from s3env import remote_opts
 
 BUCKET = "unshardfs-fixtures"
@@ -212,13 +211,7 @@ def test_background_mount_serves_every_file(family, moto_server, fixtures_bucket
                                   text=True, timeout=120)
         assert json.loads(got.stdout) == json.loads(want.stdout)
     finally:
-        for _ in range(40):
-            if not os.path.ismount(mnt) or subprocess.run(
-                    ["fusermount3", "-u", str(mnt)], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.25)
-        else:
-            subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
+        unmount(str(mnt))
 
 
 def test_local_mount_has_no_remote_stats():
