@@ -391,13 +391,9 @@ static int set_cache_dir(struct us_opts *o, const char *v)
 
 static int set_addressing(struct us_opts *o, const char *v)
 {
-	static const char *const names[] = {"auto", "path", "virtual", NULL};
-	int a = index_of(v, names);
-
-	if (a < 0)
+	if (!us_addressing_parse(v, &o->remote.addressing))
 		return usage_error("unknown --addressing '%s' (auto, path or "
 				   "virtual)", v);
-	o->remote.addressing = (enum us_addressing)a;
 	return 0;
 }
 

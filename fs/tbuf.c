@@ -4,7 +4,8 @@
 #include <assert.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <unistd.h>
+
+#include "cpus.h"
 
 #define MAX_BUFS 16u
 
@@ -15,17 +16,10 @@ static struct {
 	unsigned live, max;
 } pool = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0 };
 
-static unsigned cpus(void)
-{
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-
-	return n < 2 ? 2u : n > (long)MAX_BUFS ? MAX_BUFS : (unsigned)n;
-}
-
 void us_rbuf_limit(unsigned max)
 {
 	pthread_mutex_lock(&pool.mu);
-	pool.max = max == 0 ? cpus() : max > MAX_BUFS ? MAX_BUFS : max;
+	pool.max = max == 0 ? us_online_cpus(2, MAX_BUFS) : max > MAX_BUFS ? MAX_BUFS : max;
 	pthread_mutex_unlock(&pool.mu);
 }
 
@@ -36,7 +30,7 @@ static struct us_rbuf *take_any(void)
 
 	pthread_mutex_lock(&pool.mu);
 	if (!pool.max)
-		pool.max = cpus();
+		pool.max = us_online_cpus(2, MAX_BUFS);
 	while (!pool.free && pool.live >= pool.max)
 		pthread_cond_wait(&pool.cv, &pool.mu);
 	if (pool.free) {

@@ -19,7 +19,7 @@ enum us_status us_assembler_new(const struct us_assembler_opts *opts,
 	if (as) {
 		as->cache = us_cache_new(opts->cache_size);
 		as->zitems = us_zitem_pool_new();
-		as->gathers = us_gather_pool_new(0);
+		as->gathers = us_gather_pool_new();
 	}
 	if (!as || !as->cache || !as->zitems || !as->gathers) {
 		us_assembler_free(as);

@@ -4,7 +4,8 @@
 #include <assert.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <unistd.h>
+
+#include "../cpus.h"
 
 struct us_gather_pool {
 	pthread_mutex_t lock;
@@ -13,14 +14,7 @@ struct us_gather_pool {
 	unsigned made, max;     /* allocated so far; the bound */
 };
 
-static unsigned default_max(void)
-{
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-
-	return n < 2 ? 2 : n > 16 ? 16 : (unsigned)n;
-}
-
-struct us_gather_pool *us_gather_pool_new(unsigned max)
+struct us_gather_pool *us_gather_pool_new(void)
 {
 	struct us_gather_pool *p = calloc(1, sizeof(*p));
 
@@ -35,7 +29,7 @@ struct us_gather_pool *us_gather_pool_new(unsigned max)
 		free(p);
 		return NULL;
 	}
-	p->max = max ? max : default_max();
+	p->max = us_online_cpus(2, 16);
 	return p;
 }
 

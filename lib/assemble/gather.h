@@ -11,7 +11,7 @@
  * recipes) read through three views took the daemon from 8.4 to 18.9 MiB
  * VmHWM (docs/benchmarks.md, "Recipes").  A read takes a buffer for the
  * duration of one us_exec_cpu_read and gives it back, and no more than
- * @max exist: more concurrent gathers than CPUs only queue for memory
+ * one per CPU exist: more concurrent gathers than CPUs only queue for memory
  * bandwidth anyway.  A reader holds at most one gather buffer; holding it,
  * it may wait on its source's bytes (a remote block), never on a buffer of
  * either pool (a reply buffer, fs/tbuf.h, is always taken first), so
@@ -43,9 +43,9 @@ struct us_gather {
 
 struct us_gather_pool;
 
-/* us_gather_pool_new - a pool of at most @max buffers (0: one per online
- * CPU, at least 2, at most 16), none allocated yet.  NULL: out of memory. */
-struct us_gather_pool *us_gather_pool_new(unsigned max);
+/* us_gather_pool_new - a pool of at most one buffer per online CPU (at
+ * least 2, at most 16), none allocated yet.  NULL: out of memory. */
+struct us_gather_pool *us_gather_pool_new(void);
 void us_gather_pool_free(struct us_gather_pool *p);
 
 /* us_gather_take - a buffer with n == 0, waiting while @max are in use;

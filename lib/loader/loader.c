@@ -4,6 +4,8 @@
  */
 #include "loader_impl.h"
 
+#include "cpus.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -18,9 +20,6 @@ static enum us_status remote_from_user(const struct us_loader_opts *lo,
 				       struct us_remote_opts *r,
 				       struct us_err *err)
 {
-	static const char *const addressing[] = {"auto", "path", "virtual"};
-	size_t a;
-
 	r->endpoint_url = lo->endpoint_url;
 	r->region = lo->region;
 	r->profile = lo->profile;
@@ -32,11 +31,8 @@ static enum us_status remote_from_user(const struct us_loader_opts *lo,
 	r->retries = lo->retries;
 	r->timeout_s = lo->timeout_s;
 	r->cache_bytes = lo->cache_size; /* one bound, as the daemon's */
-	if (!lo->addressing)
+	if (!lo->addressing || us_addressing_parse(lo->addressing, &r->addressing))
 		return US_OK;
-	for (a = 0; a < sizeof(addressing) / sizeof(*addressing); a++)
-		if (!strcmp(lo->addressing, addressing[a]))
-			return r->addressing = (enum us_addressing)a, US_OK;
 	return us_err_set(err, US_E_USAGE, "options", "unknown addressing "
 			  "'%s' (auto, path, virtual)", lo->addressing);
 }
@@ -202,11 +198,9 @@ static enum us_status open_sd(struct us_loader *ld, const char *path,
 
 static unsigned default_threads(const struct us_loader_opts *lo)
 {
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-
 	if (lo && lo->threads)
 		return lo->threads < US_LOADER_MAX_THREADS ? lo->threads : US_LOADER_MAX_THREADS;
-	return n < 1 ? 1 : n > US_LOADER_MAX_THREADS ? US_LOADER_MAX_THREADS : (unsigned)n;
+	return us_online_cpus(1, US_LOADER_MAX_THREADS);
 }
 
 static enum us_status loader_init(struct us_loader *ld, const char *path,

@@ -88,6 +88,14 @@ static void put_kv(char *buf, size_t cap, size_t *n, const char *k,
 static const char *const addressing_names[] = {"auto", "path", "virtual",
 					       NULL};
 
+bool us_addressing_parse(const char *v, enum us_addressing *out)
+{
+	for (int a = 0; addressing_names[a]; a++)
+		if (!strcmp(v, addressing_names[a]))
+			return *out = (enum us_addressing)a, true;
+	return false;
+}
+
 static void put_num(char *buf, size_t cap, size_t *n, const char *k,
 		    uint64_t v)
 {
@@ -223,16 +231,11 @@ static int apply_remote(struct us_remote_opts *r, const char *k,
 			  : !strcmp(k, "region") ? &r->region
 			  : !strcmp(k, "profile") ? &r->profile
 			  : !strcmp(k, "cache-dir") ? &r->cache_dir : NULL;
-	int a;
 
 	if (text)
 		return *v ? (*text = v, 1) : -1;
-	if (!strcmp(k, "addressing")) {
-		for (a = 0; addressing_names[a]; a++)
-			if (!strcmp(v, addressing_names[a]))
-				return r->addressing = (enum us_addressing)a, 1;
-		return -1;
-	}
+	if (!strcmp(k, "addressing"))
+		return us_addressing_parse(v, &r->addressing) ? 1 : -1;
 	if (!strcmp(k, "no-sign-request"))
 		return strcmp(v, "yes") ? -1 : (r->no_sign = true, 1);
 	if (!strcmp(k, "block-size"))

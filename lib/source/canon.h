@@ -48,6 +48,8 @@
 bool us_cast_parse(const char *v, bool *cast, enum us_dtype *to);
 /* us_ds_weights_parse - --deepspeed-weights: fp32 or module. */
 bool us_ds_weights_parse(const char *v, enum us_ds_weights *out);
+/* us_addressing_parse - --addressing: auto, path or virtual. */
+bool us_addressing_parse(const char *v, enum us_addressing *out);
 
 /*
  * us_source_opts_canon - the canonical string of @o in @buf (@cap bytes
