@@ -142,7 +142,7 @@ static int open_passthrough(struct us_tree *t, const struct us_node *n,
 	 * locally, whatever SOURCE is. */
 	rc = us_file_open(t->src, n->u.relpath, f);
 	if (rc != US_OK) {
-		e = rc == US_E_IO ? errno : rc == US_E_NOMEM ? ENOMEM : EIO;
+		e = rc == US_E_IO ? errno : us_status_errno(rc);
 		free(f);
 		return -e;
 	}

@@ -109,12 +109,6 @@ static enum us_status gather_flush(struct cpu_ctx *ctx)
 
 	if (!g || g->n == 0)
 		return US_OK;
-	if (g->n == 1) { /* a lone short run: straight into the reply */
-		g->n = 0;
-		return us_file_pread(&ctx->sd->files[g->ops[0].src->file],
-				      ctx->buf + g->ops[0].dst_off,
-				      g->ops[0].len, g->ops[0].src_off);
-	}
 	qsort(g->ops, g->n, sizeof(*g->ops), op_cmp);
 	while (i < g->n && rc == US_OK)
 		rc = flush_span(ctx, g, &i);
