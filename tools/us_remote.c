@@ -26,7 +26,6 @@
 #include <unistd.h>
 
 #include "storage/remote.h"
-#include "storage/remote_internal.h" /* us_remote_last_error */
 
 struct cli {
 	struct us_remote_opts o;

@@ -128,7 +128,7 @@ void us_dcache_free(struct us_dcache *d)
 	free(d);
 }
 
-bool us_dcache_name(const char *store, const char *key, const char *etag,
+void us_dcache_name(const char *store, const char *key, const char *etag,
 		    uint64_t block_size, uint64_t blk, char out[65])
 {
 	static const char hx[] = "0123456789abcdef";
@@ -150,7 +150,6 @@ bool us_dcache_name(const char *store, const char *key, const char *etag,
 		out[2 * i + 1] = hx[h[i] & 15];
 	}
 	out[64] = '\0';
-	return true;
 }
 
 bool us_dcache_get(struct us_dcache *d, const char *name, char *buf,

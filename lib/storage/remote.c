@@ -432,10 +432,9 @@ enum us_status us_remote_open(const char *url, const struct us_remote_opts *o,
 	return US_OK;
 }
 
-/* Stop the workers; the jobs nobody took end unfetched: @abandon, looked
- * for again by the next reader (a fork comes), or as failures (the end,
- * when nobody waits). */
-static void pool_stop(struct us_remote *r, bool abandon)
+/* Stop the workers; the jobs nobody took end unfetched, to be looked for
+ * again by the next reader (a fork comes; at the end there is none). */
+static void pool_stop(struct us_remote *r)
 {
 	pthread_mutex_lock(&r->pmu);
 	r->stopping = true;
@@ -450,10 +449,7 @@ static void pool_stop(struct us_remote *r, bool abandon)
 		const struct job *j = &r->q[r->qhead];
 
 		for (unsigned k = 0; k < j->n; k++) {
-			if (abandon)
-				us_bcache_abandon(r->bc, j->b[k]);
-			else
-				us_bcache_done(r->bc, j->b[k], NULL, 0);
+			us_bcache_abandon(r->bc, j->b[k]);
 			us_bcache_put(r->bc, j->b[k]);
 		}
 	}
@@ -463,7 +459,7 @@ void us_remote_free(struct us_remote *r)
 {
 	if (!r)
 		return;
-	pool_stop(r, false);
+	pool_stop(r);
 	us_bcache_free(r->bc);
 	us_dcache_free(r->dc);
 	us_http_free(r->http);
@@ -603,7 +599,8 @@ static bool disk_name(const struct us_remote *r, const struct us_rm_object *o,
 	snprintf(id, sizeof(id), "%s|%llu|%lld.%09ld", o->pub.etag,
 		 (unsigned long long)o->pub.size, (long long)o->pub.mtime.tv_sec,
 		 o->pub.mtime.tv_nsec);
-	return us_dcache_name("", o->url, id, r->block_size, blk, name);
+	us_dcache_name("", o->url, id, r->block_size, blk, name);
+	return true;
 }
 
 /* Without a strong ETag (an https server that sends none, or a weak one),
@@ -846,14 +843,13 @@ static bool fetch_pages(struct us_remote *r, size_t idx, uint64_t p0,
 	struct job j = { .obj = idx, .n = 0 };
 
 	for (uint64_t p = p0; p <= p1; p++) {
-		if (us_bcache_get(r->bc, idx, PAGE_KEY | p, true, &j.b[j.n]) == 1)
+		bool claimed = us_bcache_get(r->bc, idx, PAGE_KEY | p, true,
+					     &j.b[j.n]) == 1;
+
+		if (claimed)
 			j.n++;
-		else if (j.n) { /* the run ends before a page already there */
-			if (!start_run(r, &j, queue))
-				return false;
-			j.n = 0;
-		}
-		if (j.n == RUN_MAX) {
+		/* a run ends before a page already there, or when full */
+		if (j.n && (!claimed || j.n == RUN_MAX)) {
 			if (!start_run(r, &j, queue))
 				return false;
 			j.n = 0;
@@ -983,7 +979,7 @@ static bool copy_units(struct us_remote *r, size_t idx, char *buf, size_t len,
 
 void us_remote_quiesce(struct us_remote *r)
 {
-	pool_stop(r, true);
+	pool_stop(r);
 	pthread_mutex_lock(&r->pmu);
 	r->stopping = false;
 	atomic_store(&r->started, false);

@@ -121,6 +121,11 @@ void us_remote_advise(struct us_remote *r, const struct us_remote_object *o,
 
 void us_remote_get_stats(const struct us_remote *r, struct us_remote_stats *s);
 
+/* us_remote_last_error - why the last failed read failed ("KEY: bytes
+ * A-B: the object changed since open ..."), "" if none did; for us-remote
+ * and logs (the reads themselves only say EIO). */
+void us_remote_last_error(struct us_remote *r, char *buf, size_t n);
+
 /*
  * us_remote_quiesce - a fork comes (the daemon's fuse_daemonize): stop the
  * prefetch workers that reading the SOURCE at mount started (advice), give

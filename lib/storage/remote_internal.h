@@ -296,9 +296,8 @@ enum us_status us_dcache_open(const char *dir, uint64_t bytes,
 			      struct us_dcache **out, struct us_err *err);
 void us_dcache_free(struct us_dcache *d);
 /* us_dcache_name - the file name for a block: hex SHA-256 of its identity
- * (endpoint, bucket, key, ETag, block size, block index); @out has 65 bytes.
- * False when hashing failed (then the block is not cached on disk). */
-bool us_dcache_name(const char *store, const char *key, const char *etag,
+ * (endpoint, bucket, key, ETag, block size, block index); @out has 65 bytes. */
+void us_dcache_name(const char *store, const char *key, const char *etag,
 		    uint64_t block_size, uint64_t blk, char out[65]);
 /* us_dcache_get - read block @name into @buf: true only when the file holds
  * exactly @len bytes. */
@@ -310,11 +309,6 @@ void us_dcache_put(struct us_dcache *d, const char *name, const char *buf,
 		   size_t len);
 
 /* ---------------------------------------------------------------- remote.c */
-
-/* us_remote_last_error - why the last failed read failed ("KEY: bytes
- * A-B: the object changed since open ..."), "" if none did; for us-remote
- * and logs (remote.h's reads only say EIO). */
-void us_remote_last_error(struct us_remote *r, char *buf, size_t n);
 
 /* ----------------------------------------------------------- https_index.c */
 

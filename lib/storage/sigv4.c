@@ -36,11 +36,10 @@ static void hex(const unsigned char *d, size_t n, char *out)
 	out[2 * n] = '\0';
 }
 
-static bool hmac(const void *key, size_t kn, const char *msg,
+static void hmac(const void *key, size_t kn, const char *msg,
 		 unsigned char out[32])
 {
 	us_hmac_sha256(key, kn, msg, strlen(msg), out);
-	return true;
 }
 
 /* One query parameter, decoded then re-encoded strictly. */
@@ -123,8 +122,11 @@ static bool signing_key(const struct us_sigv4_in *in, const char *day,
 
 	if (n < 0 || (size_t)n >= sizeof(k0))
 		return false;
-	return hmac(k0, (size_t)n, day, k) && hmac(k, 32, in->region, k) &&
-	       hmac(k, 32, in->service, k) && hmac(k, 32, "aws4_request", k);
+	hmac(k0, (size_t)n, day, k);
+	hmac(k, 32, in->region, k);
+	hmac(k, 32, in->service, k);
+	hmac(k, 32, "aws4_request", k);
+	return true;
 }
 
 static char *canonical_request(const struct us_sigv4_in *in, const char *amzdate,
@@ -176,8 +178,9 @@ bool us_sigv4_sign(const struct us_sigv4_in *in, struct us_sigv4_out *out)
 		sts = NULL;
 		goto out;
 	}
-	if (!signing_key(in, day, k) || !hmac(k, 32, sts, h))
+	if (!signing_key(in, day, k))
 		goto out;
+	hmac(k, 32, sts, h);
 	hex(h, 32, sig);
 	snprintf(out->date, sizeof(out->date), "x-amz-date: %s", amzdate);
 	snprintf(out->sha256, sizeof(out->sha256), "x-amz-content-sha256: %s",
