@@ -87,9 +87,12 @@ static void advise_huge(const struct us_loader_req *reqs, size_t n)
 }
 
 /* Fault in a piece's destination pages before its pread, so that the copy
- * runs on mapped memory.  The pages are the caller's, written next anyway:
- * populating changes no byte; a refusal (old kernel) leaves the faults to
- * the pread. */
+ * runs on mapped memory: one MADV_POPULATE_WRITE walks the piece's pages in
+ * the kernel, where faults taken one by one inside the copy cost a trap and
+ * a retry each (a warm 0.94 GB load here: 0.25 s without, 0.20 s with, on
+ * 4 KiB pages as on huge ones).  The pages are the caller's, written next
+ * anyway: populating changes no byte; a refusal (old kernel, memory that is
+ * not anonymous) leaves the faults to the pread. */
 static void prefault(void *buf, uint64_t len)
 {
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo, hi;
@@ -109,8 +112,7 @@ static void *worker(void *arg)
 		const struct us_tensor *t = &b->ld->sd->tensors[r->tensor];
 		enum us_status rc;
 
-		if (b->ld->hugepages && r->len >= HUGE_PAGE)
-			prefault((char *)r->buf + off, len);
+		prefault((char *)r->buf + off, len);
 		rc = us_tensor_read(b->ld->as, b->ld->sd, t,
 				    (char *)r->buf + off, len, r->off + off);
 		if (rc != US_OK) {
