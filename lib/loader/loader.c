@@ -303,6 +303,21 @@ enum us_status us_loader_info(const struct us_loader *ld, size_t i,
 	return US_OK;
 }
 
+uint32_t us_loader_chunk(const struct us_loader *ld, size_t i, uint32_t k,
+			 const uint64_t **offsets, const uint64_t **sizes)
+{
+	const struct us_tensor *t;
+
+	if (i >= ld->sd->ntensors)
+		return 0;
+	t = &ld->sd->tensors[i];
+	if (k < t->nchunks) {
+		*offsets = t->chunks[k].offsets;
+		*sizes = t->chunks[k].sizes;
+	}
+	return t->nchunks;
+}
+
 long us_loader_find(const struct us_loader *ld, const char *name)
 {
 	const struct us_tensor *t = us_sd_find(ld->sd, name);

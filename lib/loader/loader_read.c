@@ -101,6 +101,45 @@ static void prefault(void *buf, uint64_t len)
 		madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
 }
 
+/* The box of @t's chunk @k as a tensor of its own (in *@ct, whose one
+ * chunk is *@cc): the same extent, dtype and casts, so that reading it
+ * gives that box's bytes in its own row-major order.  The assembler's
+ * cache is keyed by file and item, never by tensor, so a tensor made for
+ * one read shares it with the real ones. */
+static const struct us_tensor *chunk_tensor(const struct us_tensor *t,
+					    uint32_t k, struct us_tensor *ct,
+					    struct us_chunk *cc)
+{
+	static const uint64_t corner[US_MAX_NDIM];
+	const struct us_chunk *c = &t->chunks[k];
+	uint64_t numel = 1;
+
+	assert(k < t->nchunks && t->ndim <= US_MAX_NDIM);
+	for (uint32_t d = 0; d < t->ndim; d++)
+		numel *= c->sizes[d];
+	*cc = (struct us_chunk){ .offsets = corner, .sizes = c->sizes,
+				 .src = c->src };
+	*ct = *t;
+	ct->shape = c->sizes;
+	ct->numel = numel;
+	ct->nbytes = numel * (us_dtype_bits(t->dtype) / 8);
+	ct->chunks = cc;
+	ct->nchunks = 1;
+	ct->tie_of = NULL;
+	return ct;
+}
+
+/* What request @r reads: its tensor, or one of its chunks (in *@ct). */
+static const struct us_tensor *req_tensor(const struct us_loader *ld,
+					  const struct us_loader_req *r,
+					  struct us_tensor *ct,
+					  struct us_chunk *cc)
+{
+	const struct us_tensor *t = &ld->sd->tensors[r->tensor];
+
+	return r->chunk ? chunk_tensor(t, r->chunk - 1, ct, cc) : t;
+}
+
 static void *worker(void *arg)
 {
 	struct batch *b = arg;
@@ -109,7 +148,9 @@ static void *worker(void *arg)
 
 	while (take(b, &i, &off, &len)) {
 		const struct us_loader_req *r = &b->reqs[i];
-		const struct us_tensor *t = &b->ld->sd->tensors[r->tensor];
+		struct us_tensor ct;
+		struct us_chunk cc;
+		const struct us_tensor *t = req_tensor(b->ld, r, &ct, &cc);
 		enum us_status rc;
 
 		prefault((char *)r->buf + off, len);
@@ -132,11 +173,17 @@ static enum us_status check(const struct us_loader *ld,
 			    const struct us_loader_req *r, struct us_err *err)
 {
 	const struct us_tensor *t;
+	struct us_tensor ct;
+	struct us_chunk cc;
 
 	if (r->tensor >= ld->sd->ntensors)
 		return us_err_set(err, US_E_USAGE, ".", "no tensor %zu",
 				  r->tensor);
 	t = &ld->sd->tensors[r->tensor];
+	if (r->chunk > t->nchunks)
+		return us_err_set(err, US_E_USAGE, t->name, "no chunk %u (%u "
+				  "chunks)", r->chunk - 1, t->nchunks);
+	t = req_tensor(ld, r, &ct, &cc);
 	if (r->off > t->nbytes || r->len > t->nbytes - r->off)
 		return us_err_set(err, US_E_USAGE, t->name, "bytes [%llu, +%llu) "
 				  "are outside its %llu bytes",

@@ -119,6 +119,18 @@ US_LOADER_API long us_loader_find(const struct us_loader *ld,
 				  const char *name);
 
 /*
+ * us_loader_chunk - the box of tensor @i's source chunk @k (a DCP shard's,
+ * a ZeRO partition's piece, ...): its corner in *@offsets and its extent in
+ * *@sizes, ndim entries each, owned by @ld.  Returns the tensor's number of
+ * chunks (0 for @i out of range); for @k past them it fills nothing.  A
+ * caller that assembles on a device reads each chunk whole (a request with
+ * .chunk = @k + 1) and places it there: docs/loader.md.
+ */
+US_LOADER_API uint32_t us_loader_chunk(const struct us_loader *ld, size_t i,
+				       uint32_t k, const uint64_t **offsets,
+				       const uint64_t **sizes);
+
+/*
  * us_loader_read - rows [@row0, @row1) along dim 0 of tensor @i into @buf
  * (@cap bytes at least (@row1 - @row0) * nbytes / shape[0]): rank r of n
  * holds its slice of a tensor-parallel split this way.  A 0-dim tensor has
@@ -130,12 +142,16 @@ US_LOADER_API enum us_status us_loader_read(struct us_loader *ld, size_t i,
 					    void *buf, uint64_t cap,
 					    struct us_err *err);
 
-/* One piece of a batch: bytes [@off, @off + @len) of tensor @tensor. */
+/* One piece of a batch: bytes [@off, @off + @len) of tensor @tensor, in
+ * its row-major order; or, with @chunk = k + 1, of its source chunk k
+ * (us_loader_chunk) in the chunk's own row-major order, as the tensor's
+ * dtype (the same bytes the tensor has in that box). */
 struct us_loader_req {
 	size_t tensor;
 	uint64_t off;
 	uint64_t len;
 	void *buf;
+	uint32_t chunk;         /* 0: the tensor's bytes; k + 1: chunk k's */
 };
 
 /*

@@ -182,6 +182,57 @@ def test_names_and_staged_ring(monkeypatch):
             assert all((ring[n] is ring[m]) == (direct[n] is direct[m]) for m in direct)
 
 
+@pytest.mark.parametrize("slot", [4096, 1 << 16])
+def test_staged_ring_assembles_chunks_on_the_device(slot, monkeypatch):
+    """The CUDA path's gather on the device, run on the CPU: a tensor split along
+    another dimension than the first (a 2-D DTensor grid, a ZeRO partition) travels
+    chunk by chunk, each read whole (a request with .chunk) and copied into its box;
+    the bytes equal the direct read's for every fixture, whole and sharded."""
+    import functools
+    monkeypatch.setattr(unshardfs, "SLOT_BYTES", slot)
+    monkeypatch.setattr(unshardfs, "NSLOTS", 2)
+    monkeypatch.setattr(unshardfs, "_read_staged",
+                        functools.partial(unshardfs._read_staged, on_device=True))
+    boxed = 0
+    for name in ("torch/dtensor_2d", "torch/fsdp2_3rank", "deepspeed/z3_3rank_bf16",
+                 "deepspeed/z2_2rank", "torchtitan/qwen3_moe/ckpt/step-1", "sample"):
+        src = os.path.join(FIXTURES, name)
+        with unshardfs.Loader(src) as ld:
+            plan = unshardfs._plan(ld, None, None)
+            boxed += sum(unshardfs._box_pieces(ld, k, it, slot) is not None
+                         for k, it in enumerate(plan))
+        for shard in (None, (1, 3)):
+            ring = unshardfs.load(src, staged=True, shard=shard)
+            direct = unshardfs.load(src, shard=shard)
+            assert sorted(ring) == sorted(direct), name
+            for n in direct:
+                assert ring[n].shape == direct[n].shape, (name, n)
+                assert tensor_bytes(ring[n]) == tensor_bytes(direct[n]), (name, n, shard)
+    assert boxed, "no fixture tensor was assembled from its chunks"
+
+
+def test_chunk_requests_read_each_box_and_refuse_a_bad_chunk():
+    """read_many with .chunk = k + 1 gives chunk k's box of the tensor, in its own
+    row-major order; a chunk past the tensor's is refused in one line."""
+    src = os.path.join(FIXTURES, "torch", "dtensor_2d")
+    full = unshardfs.load(src)
+    with unshardfs.Loader(src) as ld:
+        multi = [t for t in ld.tensors if len(ld.chunks(t.index)) > 1]
+        assert multi
+        for t in multi:
+            for k, (o, s) in enumerate(ld.chunks(t.index)):
+                box = full[t.name][tuple(slice(a, a + b) for a, b in zip(o, s))]
+                out = torch.empty(s, dtype=box.dtype)
+                if out.numel():
+                    ld.read_many([(t.index, 0, out.numel() * out.element_size(),
+                                   out.data_ptr(), k + 1)])
+                assert torch.equal(out, box), (t.name, k)
+        t = multi[0]
+        buf = torch.empty(16, dtype=torch.uint8)
+        with pytest.raises(unshardfs.UnshardfsError, match="no chunk"):
+            ld.read_many([(t.index, 0, 1, buf.data_ptr(), len(ld.chunks(t.index)) + 1)])
+
+
 def test_hugepages_give_the_same_bytes(tmp_path):
     """hugepages=True (huge-page advice and prefaulting under every destination of at
     least 2 MiB) reads the same bytes as the default, whole and by shard."""

@@ -83,6 +83,25 @@ static void test_list_and_read(const char *dir)
 		r[1].len = 9;
 		CHECK(us_loader_read_many(ld, r, 2, &err) == US_E_USAGE);
 	}
+	/* a's one chunk: its box, and its bytes read as a chunk request */
+	{
+		const uint64_t *o = NULL, *sz = NULL;
+		struct us_loader_req r = { .tensor = 0, .off = 12, .len = 24,
+					   .buf = buf, .chunk = 1 };
+
+		CHECK(us_loader_chunk(ld, 0, 0, &o, &sz) == 1);
+		CHECK(o && sz && o[0] == 0 && o[1] == 0 && sz[0] == 40 && sz[1] == 3);
+		CHECK(us_loader_chunk(ld, 99, 0, &o, &sz) == 0);
+		memset(buf, 0, sizeof(buf));
+		CHECK(us_loader_read_many(ld, &r, 1, &err) == US_OK);
+		CHECK(data_ok(buf, 12, 24));
+		r.chunk = 2;
+		CHECK(us_loader_read_many(ld, &r, 1, &err) == US_E_USAGE);
+		CHECK(strstr(err.msg, "a: no chunk 1 (1 chunks)") == err.msg);
+		r.chunk = 1;
+		r.len = 480;
+		CHECK(us_loader_read_many(ld, &r, 1, &err) == US_E_USAGE);
+	}
 	/* rank 1 of 5 of m.big */
 	CHECK(us_loader_read(ld, 2, 1, 2, big, BIG, &err) == US_OK);
 	CHECK(data_ok(big, 488 + BIG_COLS, BIG_COLS));

@@ -65,6 +65,7 @@ class _Item:
         r0, r1 = _rows(info, shard)
         n = info.shape[0] if info.shape else 1
         row = info.nbytes // n if n else 0
+        self.r0, self.r1 = r0, r1
         self.off, self.len = r0 * row, (r1 - r0) * row
         self.shape = ((r1 - r0),) + info.shape[1:] if info.shape else ()
 
@@ -97,23 +98,58 @@ def _read_direct(ld, plan):
     return outs
 
 
-def _pieces(plan, slot_bytes):
-    """(item, source offset, length, destination offset) in slot-sized pieces."""
-    for k, it in enumerate(plan):
-        pos = 0
-        while pos < it.len:
-            n = min(slot_bytes, it.len - pos)
-            yield k, it.off + pos, n, pos
-            pos += n
+def _tensor_pieces(k, it, slot_bytes):
+    """@it's bytes in order, in pieces of at most a slot: (request, length, place),
+    where place is (plan index, destination byte offset) in the tensor."""
+    pos = 0
+    while pos < it.len:
+        n = min(slot_bytes, it.len - pos)
+        yield (it.info.index, it.off + pos, n), n, (k, pos)
+        pos += n
 
 
-def _read_staged(ld, plan, device, slot_bytes=None, nslots=None):
+def _box_pieces(ld, k, it, slot_bytes):
+    """@it assembled on the device: each source chunk read whole (its rows that
+    @it wants), in pieces of whole rows, each placed into its box of the tensor
+    there; place is (plan index, the box as slices, its shape).  None when the
+    tensor's bytes are chunk after chunk (no chunk, or a split of dim 0 only: read
+    in order, nothing to assemble) or a chunk row exceeds a slot."""
+    shape = it.info.shape
+    if len(shape) < 2 or not it.len:
+        return None
+    boxes = ld.chunks(it.info.index)
+    if len(boxes) < 2 or all(tuple(s[1:]) == shape[1:] for _, s in boxes):
+        return None
+    esz = it.info.nbytes // math.prod(shape)
+    pieces = []
+    for c, (o, s) in enumerate(boxes):
+        a, b = max(o[0], it.r0), min(o[0] + s[0], it.r1)
+        row = math.prod(s[1:]) * esz
+        if a >= b or not row:
+            continue
+        if row > slot_bytes:
+            return None
+        rest = tuple(slice(o[d], o[d] + s[d]) for d in range(1, len(shape)))
+        per = slot_bytes // row
+        for x in range(a, b, per):
+            y = min(b, x + per)
+            pieces.append(((it.info.index, (x - o[0]) * row, (y - x) * row, c + 1),
+                           (y - x) * row, (k, (slice(x - it.r0, y - it.r0),) + rest,
+                                           (y - x,) + tuple(s[1:]))))
+    return pieces
+
+
+def _read_staged(ld, plan, device, slot_bytes=None, nslots=None, on_device=None):
     """Another device: the loader fills a ring of host buffers (pinned for CUDA)
     while the previous ones are copied to the device (non_blocking, on a side
-    stream); a buffer is refilled only after its copies are done."""
+    stream); a buffer is refilled only after its copies are done.  A tensor split
+    along another dimension than the first (tensor parallel's Shard(1), a 2-D grid)
+    travels chunk by chunk, each read whole and copied into its box of the tensor
+    on the device: the gather runs there (on_device=False: on the host, in order)."""
     import torch
     slot_bytes, nslots = slot_bytes or SLOT_BYTES, nslots or NSLOTS
     cuda = device.type == "cuda"
+    on_device = cuda if on_device is None else on_device
     outs = [torch.empty(it.shape, dtype=_torch_dtype(it.info.dtype), device=device)
             for it in plan]
     flats = [t.reshape(-1).view(torch.uint8) if t.numel() else None for t in outs]
@@ -127,17 +163,26 @@ def _read_staged(ld, plan, device, slot_bytes=None, nslots=None):
     done = [None] * len(slots)
     state = {"k": 0, "used": 0, "fill": []}
 
+    def place(buf, at, n, where):
+        if len(where) == 2:  # bytes of the tensor, in order
+            k, dst = where
+            flats[k][dst:dst + n].copy_(buf[at:at + n], non_blocking=cuda)
+        else:  # a chunk's rows, into their box
+            k, box, shape = where
+            src = buf[at:at + n].view(outs[k].dtype).view(shape)
+            outs[k][box].copy_(src, non_blocking=cuda)
+
     def flush():
         k, fill = state["k"], state["fill"]
         if not fill:
             return
         buf = slots[k]
-        ld.read_many([(plan[i].info.index, src, n, buf.data_ptr() + at)
-                      for i, src, n, at, _dst in fill])
+        ld.read_many([req[:3] + (buf.data_ptr() + at,) + req[3:]
+                      for req, at, _n, _where in fill])
         ctx = torch.cuda.stream(stream) if cuda else contextlib.nullcontext()
         with ctx:
-            for i, _src, n, at, dst in fill:
-                flats[i][dst:dst + n].copy_(buf[at:at + n], non_blocking=cuda)
+            for _req, at, n, where in fill:
+                place(buf, at, n, where)
             if cuda:
                 done[k] = torch.cuda.Event()
                 done[k].record(stream)
@@ -145,16 +190,25 @@ def _read_staged(ld, plan, device, slot_bytes=None, nslots=None):
         if done[state["k"]] is not None:
             done[state["k"]].synchronize()  # its copies must be done before reuse
 
-    for i, src, n, dst in _pieces(plan, slot_bytes):
+    def add(req, n, where):
+        """Queue a piece; one of the tensor's bytes in order fills the slot's room
+        and goes on in the next, a chunk's rows go whole."""
         while n:
             room = slot_bytes - state["used"]
-            if room <= 0:
+            if room <= 0 or (room < n and len(where) == 3):
                 flush()
                 continue
             m = min(room, n)
-            state["fill"].append((i, src, m, state["used"], dst))
+            state["fill"].append(((req[0], req[1], m) + req[3:], state["used"], m, where))
             state["used"] += -(-m // _ALIGN) * _ALIGN
-            src, dst, n = src + m, dst + m, n - m
+            if m < n:  # only bytes in order are split
+                req, where = (req[0], req[1] + m, n - m) + req[3:], (where[0], where[1] + m)
+            n -= m
+
+    for k, it in enumerate(plan):
+        boxes = _box_pieces(ld, k, it, slot_bytes) if on_device else None
+        for req, n, where in boxes if boxes is not None else _tensor_pieces(k, it, slot_bytes):
+            add(req, n, where)
     flush()
     if cuda:
         stream.synchronize()

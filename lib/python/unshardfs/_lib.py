@@ -58,7 +58,8 @@ class _Tensor(ctypes.Structure):
 
 class Req(ctypes.Structure):
     _fields_ = [("tensor", ctypes.c_size_t), ("off", ctypes.c_uint64),
-                ("len", ctypes.c_uint64), ("buf", ctypes.c_void_p)]
+                ("len", ctypes.c_uint64), ("buf", ctypes.c_void_p),
+                ("chunk", ctypes.c_uint32)]
 
 
 def _candidates():
@@ -85,6 +86,9 @@ def _open_lib():
                       % (", ".join(tried) or "nothing"))
 
 
+U64P = ctypes.POINTER(ctypes.c_uint64)
+
+
 def _declare(lib):
     P = ctypes.c_void_p
     sigs = {
@@ -98,6 +102,8 @@ def _declare(lib):
         "us_loader_info": (ctypes.c_int, [P, ctypes.c_size_t, ctypes.POINTER(_Tensor),
                                           ctypes.POINTER(_Err)]),
         "us_loader_find": (ctypes.c_long, [P, ctypes.c_char_p]),
+        "us_loader_chunk": (ctypes.c_uint32, [P, ctypes.c_size_t, ctypes.c_uint32,
+                                              ctypes.POINTER(U64P), ctypes.POINTER(U64P)]),
         "us_loader_read": (ctypes.c_int, [P, ctypes.c_size_t, ctypes.c_uint64,
                                           ctypes.c_uint64, P, ctypes.c_uint64,
                                           ctypes.POINTER(_Err)]),
@@ -194,11 +200,23 @@ class Loader:
         _check(self._lib.us_loader_info(self._h, i, ctypes.byref(t), ctypes.byref(err)), err)
         return TensorInfo(i, t)
 
+    def chunks(self, i):
+        """Tensor i's source chunks: a list of (corner, extent) boxes, tuples of ints."""
+        offs, sizes = U64P(), U64P()
+        n = self._lib.us_loader_chunk(self._h, i, 0, ctypes.byref(offs), ctypes.byref(sizes))
+        nd = len(self.tensors[i].shape)
+        boxes = []
+        for k in range(n):
+            self._lib.us_loader_chunk(self._h, i, k, ctypes.byref(offs), ctypes.byref(sizes))
+            boxes.append((tuple(offs[d] for d in range(nd)), tuple(sizes[d] for d in range(nd))))
+        return boxes
+
     def read_many(self, reqs):
-        """reqs: a list of (tensor index, byte offset, length, address)."""
+        """reqs: a list of (tensor index, byte offset, length, address[, chunk]):
+        chunk k + 1 reads bytes of the tensor's chunk k (chunks()) in its own order."""
         if not reqs:
             return
-        arr = (Req * len(reqs))(*[Req(i, off, n, buf) for i, off, n, buf in reqs])
+        arr = (Req * len(reqs))(*[Req(*r) for r in reqs])
         err = _Err()
         _check(self._lib.us_loader_read_many(self._h, arr, len(reqs), ctypes.byref(err)), err)
 
