@@ -142,6 +142,25 @@ US_LOADER_API enum us_status us_loader_read(struct us_loader *ld, size_t i,
 					    void *buf, uint64_t cap,
 					    struct us_err *err);
 
+/*
+ * us_loader_read_slice - indices [@start, @stop) along dim @dim of tensor
+ * @i, for the outer indices [@outer0, @outer1) (those of the dims before
+ * @dim, row-major: the product of their sizes is the whole range), into
+ * @buf (@cap bytes at least) in row-major order: a column-parallel rank's
+ * slice of dim 1 is @outer0 = 0, @outer1 = shape[0].  Only the slice's
+ * bytes are read, one run per outer index, over the loader's threads.
+ */
+struct us_loader_slice {
+	uint32_t dim;
+	uint64_t start, stop;
+	uint64_t outer0, outer1;
+};
+US_LOADER_API enum us_status us_loader_read_slice(struct us_loader *ld,
+						  size_t i,
+						  const struct us_loader_slice *s,
+						  void *buf, uint64_t cap,
+						  struct us_err *err);
+
 /* One piece of a batch: bytes [@off, @off + @len) of tensor @tensor, in
  * its row-major order; or, with @chunk = k + 1, of its source chunk k
  * (us_loader_chunk) in the chunk's own row-major order, as the tensor's

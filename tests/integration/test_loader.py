@@ -146,6 +146,36 @@ def test_shard_slices(world):
             assert torch.equal(torch.cat([p[n] for p in parts]), t), n
 
 
+@pytest.mark.parametrize("dim", [1, 2])
+@pytest.mark.parametrize("world", [2, 3])
+def test_shard_along_another_dim(world, dim, monkeypatch):
+    """shard=(rank, world, dim) gives torch.chunk(t, world, dim)[rank] of every tensor
+    that has the dim (others whole), the direct read and the staging ring alike
+    (slots smaller than one run, and holding a few), on Shard(0), 2-D grid, ZeRO-3
+    and 3-D MoE expert tensors."""
+    for name in ("torch/fsdp2_3rank", "torch/dtensor_2d", "deepspeed/z3_3rank_bf16",
+                 "torchtitan/qwen3_moe/ckpt/step-1"):
+        src = os.path.join(FIXTURES, name)
+        full = unshardfs.load(src)
+        assert any(t.dim() > dim for t in full.values()) or dim == 2
+        for slot in (None, 64, 4096):
+            if slot:
+                monkeypatch.setattr(unshardfs, "SLOT_BYTES", slot)
+            for r in range(world):
+                part = unshardfs.load(src, shard=(r, world, dim), staged=bool(slot))
+                for n, t in full.items():
+                    if t.dim() > dim:
+                        chunks = torch.chunk(t, world, dim)
+                        want = chunks[r] if r < len(chunks) else t.narrow(dim, 0, 0)
+                    else:
+                        want = t
+                    assert part[n].shape == want.shape, (name, n, r, slot)
+                    assert tensor_bytes(part[n]) == tensor_bytes(want.contiguous()), \
+                        (name, n, r, slot)
+    with pytest.raises(ValueError):
+        unshardfs.load(src, shard=(0, 2, -1))
+
+
 def test_shard_keeps_ties_and_refuses_bad_rank():
     src = FIXTURE_PATHS["ties/gpt2_fsdp2"]
     full = unshardfs.load(src)

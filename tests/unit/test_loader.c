@@ -102,6 +102,24 @@ static void test_list_and_read(const char *dir)
 		r.len = 480;
 		CHECK(us_loader_read_many(ld, &r, 1, &err) == US_E_USAGE);
 	}
+	/* columns [1, 3) of a's rows [5, 10): five runs of 8 bytes */
+	{
+		struct us_loader_slice sl = { .dim = 1, .start = 1, .stop = 3,
+					      .outer0 = 5, .outer1 = 10 };
+		int ok = 1;
+
+		memset(buf, 0, sizeof(buf));
+		CHECK(us_loader_read_slice(ld, 0, &sl, buf, 40, &err) == US_OK);
+		for (uint64_t o = 0; o < 5; o++)
+			ok &= data_ok(buf + o * 8, (5 + o) * 12 + 4, 8);
+		CHECK(ok);
+		CHECK(us_loader_read_slice(ld, 0, &sl, buf, 39, &err) == US_E_USAGE);
+		sl.outer1 = 41;
+		CHECK(us_loader_read_slice(ld, 0, &sl, buf, 480, &err) == US_E_USAGE);
+		sl = (struct us_loader_slice){ .dim = 2, .stop = 1, .outer1 = 1 };
+		CHECK(us_loader_read_slice(ld, 0, &sl, buf, 480, &err) == US_E_USAGE);
+		CHECK(strstr(err.msg, "a: no dim 2 (2 dims)") == err.msg);
+	}
 	/* rank 1 of 5 of m.big */
 	CHECK(us_loader_read(ld, 2, 1, 2, big, BIG, &err) == US_OK);
 	CHECK(data_ok(big, 488 + BIG_COLS, BIG_COLS));

@@ -41,31 +41,57 @@ def _torch_dtype(name):
     raise UnshardfsError(-4, f"dtype {name}: this torch has no such dtype")
 
 
+def _shard_dim(shard):
+    """(rank, world, dim) of a shard= value: (rank, world) or (rank, world, dim)."""
+    ok = isinstance(shard, (tuple, list)) and len(shard) in (2, 3) and \
+        all(isinstance(x, int) for x in shard)
+    rank, world, dim = (tuple(shard) + (0,))[:3] if ok else (0, 0, 0)
+    if not ok or not 0 <= rank < world or dim < 0:
+        raise ValueError(f"unshardfs: shard={shard!r}: want (rank, world) or "
+                         "(rank, world, dim), 0 <= rank < world, dim >= 0")
+    return rank, world, dim
+
+
 def _rows(info, shard):
-    """Rows [r0, r1) of dim 0 that rank `shard[0]` of `shard[1]` holds: torch.chunk's
-    split (chunks of ceil(n / world) rows, the last ones shorter or empty). A 0-dim
-    tensor, or no shard, is whole."""
-    n = info.shape[0] if info.shape else 1
-    if shard is None or not info.shape:
-        return 0, n
-    rank, world = shard
-    if not (isinstance(rank, int) and isinstance(world, int) and 0 <= rank < world):
-        raise ValueError(f"unshardfs: shard={shard!r}: want (rank, world), 0 <= rank < world")
+    """The dim and its indices [r0, r1) that rank `shard[0]` of `shard[1]` holds along
+    dim `shard[2]` (default 0): torch.chunk's split (chunks of ceil(n / world), the
+    last ones shorter or empty). No shard, or a tensor without that dim (a 0-dim one;
+    a 1-D norm weight when dim is 1: replicated in tensor parallelism), is whole,
+    as dim 0."""
+    if shard is None:
+        return 0, 0, info.shape[0] if info.shape else 1
+    rank, world, dim = _shard_dim(shard)
+    if dim >= len(info.shape):
+        return 0, 0, info.shape[0] if info.shape else 1
+    n = info.shape[dim]
     size = math.ceil(n / world) if n else 0
     r0 = min(n, rank * size)
-    return r0, min(n, r0 + size)
+    return dim, r0, min(n, r0 + size)
 
 
 class _Item:
-    """One tensor to read: the canonical of a tie group and the names it goes under."""
+    """One tensor to read: the canonical of a tie group and the names it goes under.
+    Sliced along dim 0 (or whole) it is the bytes [off, off + len) of the tensor; along
+    another dim, .slice is (dim, r0, r1) and each of its .outer indices (those of the
+    dims before) is one run of .run bytes, .stride apart in the tensor."""
 
     def __init__(self, info, names, shard):
         self.info = info
         self.names = names
-        r0, r1 = _rows(info, shard)
+        dim, r0, r1 = _rows(info, shard)
+        self.r0, self.r1 = r0, r1
+        self.slice = None
+        if dim:
+            self.slice = (dim, r0, r1)
+            self.outer = math.prod(info.shape[:dim])
+            inner = info.nbytes // (self.outer * info.shape[dim]) if info.nbytes else 0
+            self.run, self.stride = (r1 - r0) * inner, info.shape[dim] * inner
+            self.row = inner
+            self.off, self.len = 0, self.outer * self.run
+            self.shape = info.shape[:dim] + (r1 - r0,) + info.shape[dim + 1:]
+            return
         n = info.shape[0] if info.shape else 1
         row = info.nbytes // n if n else 0
-        self.r0, self.r1 = r0, r1
         self.off, self.len = r0 * row, (r1 - r0) * row
         self.shape = ((r1 - r0),) + info.shape[1:] if info.shape else ()
 
@@ -86,21 +112,40 @@ def _plan(ld, names, shard):
 
 
 def _read_direct(ld, plan):
-    """Host memory: every tensor allocated, then one batch over the loader's threads."""
+    """Host memory: every tensor allocated, then one batch over the loader's threads
+    (and one for each tensor sliced along another dim than the first)."""
     import torch
     outs, reqs = [], []
     for it in plan:
         t = torch.empty(it.shape, dtype=_torch_dtype(it.info.dtype))
         outs.append(t)
-        if it.len:
+        if it.len and not it.slice:
             reqs.append((it.info.index, it.off, it.len, t.data_ptr()))
     ld.read_many(reqs)
+    for it, t in zip(plan, outs):
+        if it.len and it.slice:
+            ld.read_slice(it.info.index, *it.slice, 0, it.outer, t.data_ptr(), it.len)
     return outs
 
 
 def _tensor_pieces(k, it, slot_bytes):
     """@it's bytes in order, in pieces of at most a slot: (request, length, place),
-    where place is (plan index, destination byte offset) in the tensor."""
+    where place is (plan index, destination byte offset) in the tensor.  A slice
+    along another dim than the first goes a slot's worth of outer indices at a time
+    (a request ("slice", ...): read_slice), or, when one run exceeds a slot, run by
+    run (each contiguous in the tensor)."""
+    if it.slice and it.run > slot_bytes:
+        for o in range(it.outer):
+            src = o * it.stride + it.slice[1] * it.row
+            yield (it.info.index, src, it.run), it.run, (k, o * it.run)
+        return
+    if it.slice:
+        per = max(1, slot_bytes // it.run) if it.run else it.outer
+        for a in range(0, it.outer if it.run else 0, per):
+            b = min(it.outer, a + per)
+            yield ("slice", it.info.index) + it.slice + (a, b), (b - a) * it.run, \
+                (k, a * it.run)
+        return
     pos = 0
     while pos < it.len:
         n = min(slot_bytes, it.len - pos)
@@ -115,7 +160,7 @@ def _box_pieces(ld, k, it, slot_bytes):
     tensor's bytes are chunk after chunk (no chunk, or a split of dim 0 only: read
     in order, nothing to assemble) or a chunk row exceeds a slot."""
     shape = it.info.shape
-    if len(shape) < 2 or not it.len:
+    if len(shape) < 2 or not it.len or it.slice:
         return None
     boxes = ld.chunks(it.info.index)
     if len(boxes) < 2 or all(tuple(s[1:]) == shape[1:] for _, s in boxes):
@@ -178,7 +223,10 @@ def _read_staged(ld, plan, device, slot_bytes=None, nslots=None, on_device=None)
             return
         buf = slots[k]
         ld.read_many([req[:3] + (buf.data_ptr() + at,) + req[3:]
-                      for req, at, _n, _where in fill])
+                      for req, at, _n, _where in fill if req[0] != "slice"])
+        for req, at, n, _where in fill:
+            if req[0] == "slice":
+                ld.read_slice(*req[1:], buf.data_ptr() + at, n)
         ctx = torch.cuda.stream(stream) if cuda else contextlib.nullcontext()
         with ctx:
             for _req, at, n, where in fill:
@@ -195,11 +243,12 @@ def _read_staged(ld, plan, device, slot_bytes=None, nslots=None, on_device=None)
         and goes on in the next, a chunk's rows go whole."""
         while n:
             room = slot_bytes - state["used"]
-            if room <= 0 or (room < n and len(where) == 3):
+            if room <= 0 or (room < n and (len(where) == 3 or req[0] == "slice")):
                 flush()
                 continue
             m = min(room, n)
-            state["fill"].append(((req[0], req[1], m) + req[3:], state["used"], m, where))
+            piece = req if m == n else (req[0], req[1], m) + req[3:]
+            state["fill"].append((piece, state["used"], m, where))
             state["used"] += -(-m // _ALIGN) * _ALIGN
             if m < n:  # only bytes in order are split
                 req, where = (req[0], req[1] + m, n - m) + req[3:], (where[0], where[1] + m)
@@ -231,8 +280,10 @@ def load(path, device="cpu", dtype=None, names=None, shard=None, *, options=None
     dtype: a torch dtype to cast the floating tensors to, on the device, after the
         copy (None: as served).
     names: only these tensors (KeyError for a name the checkpoint does not have).
-    shard: (rank, world): dim 0 of every tensor (of at least one dimension) is split
-        as torch.chunk(t, world)[rank] would split it; 0-dim tensors come whole.
+    shard: (rank, world) or (rank, world, dim): dim (default 0) of every tensor
+        that has it is split as torch.chunk(t, world, dim)[rank] would split it, and
+        only those bytes are read; tensors without that dim (0-dim ones, 1-D norm
+        weights for dim=1) come whole.
     options: the mount's checkpoint options, spelled as the command line does
         (format, no_unwrap, strip_prefix, dtype, ties, deepspeed_weights,
         cache_size), e.g. {"dtype": "bf16", "strip_prefix": ["model."]}. With a

@@ -62,6 +62,12 @@ class Req(ctypes.Structure):
                 ("chunk", ctypes.c_uint32)]
 
 
+class Slice(ctypes.Structure):
+    _fields_ = [("dim", ctypes.c_uint32), ("start", ctypes.c_uint64),
+                ("stop", ctypes.c_uint64), ("outer0", ctypes.c_uint64),
+                ("outer1", ctypes.c_uint64)]
+
+
 def _candidates():
     if os.environ.get("UNSHARDFS_LIB"):
         yield os.environ["UNSHARDFS_LIB"]
@@ -109,6 +115,8 @@ def _declare(lib):
                                           ctypes.POINTER(_Err)]),
         "us_loader_read_many": (ctypes.c_int, [P, ctypes.POINTER(Req), ctypes.c_size_t,
                                                ctypes.POINTER(_Err)]),
+        "us_loader_read_slice": (ctypes.c_int, [P, ctypes.c_size_t, ctypes.POINTER(Slice),
+                                                P, ctypes.c_uint64, ctypes.POINTER(_Err)]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -210,6 +218,13 @@ class Loader:
             self._lib.us_loader_chunk(self._h, i, k, ctypes.byref(offs), ctypes.byref(sizes))
             boxes.append((tuple(offs[d] for d in range(nd)), tuple(sizes[d] for d in range(nd))))
         return boxes
+
+    def read_slice(self, i, dim, start, stop, outer0, outer1, buf, cap):
+        """Indices [start, stop) of dim for outer indices [outer0, outer1) of tensor i,
+        into cap bytes at address buf (us_loader_read_slice)."""
+        s, err = Slice(dim, start, stop, outer0, outer1), _Err()
+        _check(self._lib.us_loader_read_slice(self._h, i, ctypes.byref(s), buf, cap,
+                                              ctypes.byref(err)), err)
 
     def read_many(self, reqs):
         """reqs: a list of (tensor index, byte offset, length, address[, chunk]):
