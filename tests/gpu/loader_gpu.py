@@ -47,7 +47,8 @@ def check(sources, device):
     staged = True  # on the CPU too: the ring is the device path's code
     bad = 0
     for src in sources:
-        for kw in ({}, {"shard": (1, 3)}, {"dtype": torch.bfloat16}, {"dtype": torch.float16}):
+        for kw in ({}, {"shard": (1, 3)}, {"shard": (1, 3, 1)}, {"dtype": torch.bfloat16},
+                   {"dtype": torch.float16}):
             try:
                 cpu = unshardfs.load(src, **kw)
             except unshardfs.UnshardfsError:
