@@ -30,6 +30,9 @@ struct us_http {
 	pthread_cond_t cv;
 	CURL **free_h;
 	unsigned nfree, created, max;
+	/* The certificates to trust (trust()), read once at us_http_new:
+	 * getenv per request would race a setenv in the caller. */
+	char *ca_file, *ca_dir;
 };
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
@@ -63,6 +66,40 @@ static void share_unlock(CURL *h, curl_lock_data d, void *u)
 		pthread_mutex_unlock(&x->share_mu[d]);
 }
 
+/*
+ * The certificates to trust, as the tools users already configure say:
+ * AWS_CA_BUNDLE (the AWS CLI and SDKs), CURL_CA_BUNDLE (curl), SSL_CERT_FILE
+ * and SSL_CERT_DIR (OpenSSL).  libcurl itself reads none of them, and a
+ * private S3-compatible store behind an internal CA is common.  Unset: the
+ * system's bundle, as libcurl was built to use.  False when out of memory.
+ */
+static bool trust_from_env(struct us_http *h)
+{
+	static const char *const files[] = { "AWS_CA_BUNDLE", "CURL_CA_BUNDLE",
+					      "SSL_CERT_FILE" };
+	const char *dir = getenv("SSL_CERT_DIR");
+
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		const char *f = getenv(files[i]);
+
+		if (f && *f) {
+			if (!(h->ca_file = strdup(f)))
+				return false;
+			break;
+		}
+	}
+	return !(dir && *dir) || (h->ca_dir = strdup(dir)) != NULL;
+}
+
+/* What trust_from_env found, on one handle (libcurl copies the strings). */
+static void trust(const struct us_http *h, CURL *c)
+{
+	if (h->ca_file)
+		curl_easy_setopt(c, CURLOPT_CAINFO, h->ca_file);
+	if (h->ca_dir)
+		curl_easy_setopt(c, CURLOPT_CAPATH, h->ca_dir);
+}
+
 enum us_status us_http_new(const struct us_http_cfg *cfg, struct us_http **out,
 			   struct us_err *err)
 {
@@ -82,16 +119,17 @@ enum us_status us_http_new(const struct us_http_cfg *cfg, struct us_http **out,
 	h->timeout_s = cfg->timeout_s;
 	h->ctr = cfg->ctr;
 	h->max = cfg->connections ? cfg->connections : 1;
-	h->free_h = calloc(h->max, sizeof(*h->free_h));
-	h->share = curl_share_init();
-	if (!h->free_h || !h->share) {
-		us_http_free(h);
-		return us_err_set(err, US_E_NOMEM, "libcurl", "out of memory");
-	}
+	/* First, so that us_http_free may destroy them on every path. */
 	for (unsigned i = 0; i < CURL_LOCK_DATA_LAST; i++)
 		pthread_mutex_init(&h->share_mu[i], NULL);
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_cond_init(&h->cv, NULL);
+	h->free_h = calloc(h->max, sizeof(*h->free_h));
+	h->share = curl_share_init();
+	if (!h->free_h || !h->share || !trust_from_env(h)) {
+		us_http_free(h);
+		return us_err_set(err, US_E_NOMEM, "libcurl", "out of memory");
+	}
 	curl_share_setopt(h->share, CURLSHOPT_LOCKFUNC, share_lock);
 	curl_share_setopt(h->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
 	curl_share_setopt(h->share, CURLSHOPT_USERDATA, h);
@@ -110,13 +148,14 @@ void us_http_free(struct us_http *h)
 	for (unsigned i = 0; i < h->nfree; i++)
 		curl_easy_cleanup(h->free_h[i]);
 	free(h->free_h);
-	if (h->share) {
+	if (h->share)
 		curl_share_cleanup(h->share);
-		for (unsigned i = 0; i < CURL_LOCK_DATA_LAST; i++)
-			pthread_mutex_destroy(&h->share_mu[i]);
-		pthread_mutex_destroy(&h->mu);
-		pthread_cond_destroy(&h->cv);
-	}
+	for (unsigned i = 0; i < CURL_LOCK_DATA_LAST; i++)
+		pthread_mutex_destroy(&h->share_mu[i]);
+	pthread_mutex_destroy(&h->mu);
+	pthread_cond_destroy(&h->cv);
+	free(h->ca_file);
+	free(h->ca_dir);
 	free(h);
 }
 
@@ -357,31 +396,6 @@ static bool add_header(struct curl_slist **hl, const char *name,
 	return t != NULL;
 }
 
-/*
- * The certificates to trust, as the tools users already configure say:
- * AWS_CA_BUNDLE (the AWS CLI and SDKs), CURL_CA_BUNDLE (curl), SSL_CERT_FILE
- * and SSL_CERT_DIR (OpenSSL).  libcurl itself reads none of them, and a
- * private S3-compatible store behind an internal CA is common.  Unset: the
- * system's bundle, as libcurl was built to use.
- */
-static void trust(CURL *c)
-{
-	static const char *const files[] = { "AWS_CA_BUNDLE", "CURL_CA_BUNDLE",
-					      "SSL_CERT_FILE" };
-	const char *dir = getenv("SSL_CERT_DIR");
-
-	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-		const char *f = getenv(files[i]);
-
-		if (f && *f) {
-			curl_easy_setopt(c, CURLOPT_CAINFO, f);
-			break;
-		}
-	}
-	if (dir && *dir)
-		curl_easy_setopt(c, CURLOPT_CAPATH, dir);
-}
-
 static void setup(struct us_http *h, CURL *c, const struct us_http_req *q,
 		  struct attempt *a, struct curl_slist *hl, char *errbuf)
 {
@@ -393,7 +407,7 @@ static void setup(struct us_http *h, CURL *c, const struct us_http_req *q,
 	curl_easy_setopt(c, CURLOPT_SHARE, h->share);
 	curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	trust(c);
+	trust(h, c);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
 	/* A stalled body aborts after t seconds under 1 KiB/s; the total

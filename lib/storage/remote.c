@@ -489,22 +489,28 @@ const struct us_remote_object *us_remote_at(const struct us_remote *r, size_t i)
 	return i < r->list.n ? &r->list.o[i].pub : NULL;
 }
 
-const struct us_remote_object *us_remote_find(const struct us_remote *r,
-					      const char *key)
+size_t us_remote_lower_bound(const struct us_remote *r, const char *key)
 {
 	size_t lo = 0, hi = r->list.n;
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		int c = strcmp(key, r->list.o[mid].pub.key);
-		if (c == 0)
-			return &r->list.o[mid].pub;
-		if (c < 0)
-			hi = mid;
-		else
+
+		if (strcmp(r->list.o[mid].pub.key, key) < 0)
 			lo = mid + 1;
+		else
+			hi = mid;
 	}
-	return NULL;
+	return lo;
+}
+
+const struct us_remote_object *us_remote_find(const struct us_remote *r,
+					      const char *key)
+{
+	size_t i = us_remote_lower_bound(r, key);
+
+	return i < r->list.n && strcmp(r->list.o[i].pub.key, key) == 0
+		       ? &r->list.o[i].pub : NULL;
 }
 
 bool us_remote_single(const struct us_remote *r)

@@ -94,6 +94,9 @@ void us_remote_free(struct us_remote *r);
 size_t us_remote_count(const struct us_remote *r);
 const struct us_remote_object *us_remote_at(const struct us_remote *r,
 					    size_t i);
+/* us_remote_lower_bound: the first index whose key is >= @key (the count
+ * when none); us_remote_find: the object named @key exactly, or NULL. */
+size_t us_remote_lower_bound(const struct us_remote *r, const char *key);
 const struct us_remote_object *us_remote_find(const struct us_remote *r,
 					      const char *key);
 bool us_remote_single(const struct us_remote *r);

@@ -61,22 +61,6 @@ enoent:
 	return NULL;
 }
 
-/* The first listing index whose key is >= @key. */
-static size_t lower_bound(const struct us_remote *r, const char *key)
-{
-	size_t lo = 0, hi = us_remote_count(r);
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (strcmp(us_remote_at(r, mid)->key, key) < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
 static bool starts_with(const char *s, const char *p, size_t plen)
 {
 	return strncmp(s, p, plen) == 0;
@@ -95,7 +79,7 @@ static bool is_dir_key(const struct us_remote *r, const char *key)
 		return false;
 	memcpy(p, key, len);
 	memcpy(p + len, "/", 2);
-	i = lower_bound(r, p);
+	i = us_remote_lower_bound(r, p);
 	yes = i < us_remote_count(r) &&
 	      starts_with(us_remote_at(r, i)->key, p, len + 1);
 	free(p);
@@ -218,30 +202,6 @@ int us_rdir_openat(const struct us_dir *d, const char *name,
 	return rc;
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Sort and drop repeats: a name can be both an object and a prefix
- * ("a" and "a/x"), and keys sharing a first component need not be
- * adjacent ("a.b" sorts between "a" and "a/x"). */
-static size_t sort_unique(char **names, size_t n)
-{
-	size_t o = 0;
-
-	if (n > 1)
-		qsort(names, n, sizeof(*names), cmp_str);
-	for (size_t i = 0; i < n; i++) {
-		if (o > 0 && strcmp(names[o - 1], names[i]) == 0) {
-			free(names[i]);
-			continue;
-		}
-		names[o++] = names[i];
-	}
-	return o;
-}
-
 enum us_status us_rdir_list(const struct us_dir *d, char ***names_out,
 			    size_t *n_out)
 {
@@ -250,7 +210,8 @@ enum us_status us_rdir_list(const struct us_dir *d, char ***names_out,
 	char **names = NULL;
 
 	assert(plen == 0 || d->prefix[plen - 1] == '/');
-	for (size_t i = lower_bound(r, d->prefix); i < us_remote_count(r); i++) {
+	for (size_t i = us_remote_lower_bound(r, d->prefix);
+	     i < us_remote_count(r); i++) {
 		const char *k = us_remote_at(r, i)->key, *rest;
 		size_t len;
 
@@ -272,7 +233,7 @@ enum us_status us_rdir_list(const struct us_dir *d, char ***names_out,
 		}
 		n++;
 	}
-	*n_out = sort_unique(names, n);
+	*n_out = n; /* us_dirlist sorts and drops the repeats */
 	*names_out = names;
 	return US_OK;
 }

@@ -15,6 +15,8 @@
 int us_rdir_openat(const struct us_dir *d, const char *name,
 		   struct us_dir *out);
 int us_rdir_statat(const struct us_dir *d, const char *name, struct stat *st);
+/* The names of one level below @d, unsorted, with repeats: us_dirlist sorts
+ * them and drops the repeats. */
 enum us_status us_rdir_list(const struct us_dir *d, char ***names, size_t *n);
 enum us_status us_rdir_file_open(const struct us_dir *d, const char *relpath,
 				 struct us_file *f);

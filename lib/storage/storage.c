@@ -101,6 +101,26 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Sort and drop repeats.  A remote listing has them: a name can be both an
+ * object and a prefix ("a" and "a/x"), and keys sharing a first component
+ * need not be adjacent ("a.b" sorts between "a" and "a/x").  A local one
+ * has none, and is only sorted. */
+static size_t sort_unique(char **names, size_t n)
+{
+	size_t o = 0;
+
+	if (n > 1)
+		qsort(names, n, sizeof(*names), cmp_str);
+	for (size_t i = 0; i < n; i++) {
+		if (o > 0 && strcmp(names[o - 1], names[i]) == 0) {
+			free(names[i]);
+			continue;
+		}
+		names[o++] = names[i];
+	}
+	return o;
+}
+
 void us_dirlist_free(char **names, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
@@ -143,8 +163,6 @@ static enum us_status local_list(int dirfd, char ***names_out, size_t *n_out)
 		return rc;
 	}
 	closedir(d);
-	if (n > 1)
-		qsort(names, n, sizeof(*names), cmp_str);
 	*names_out = names;
 	*n_out = n;
 	return US_OK;
@@ -156,11 +174,15 @@ nomem:
 
 enum us_status us_dirlist(const struct us_dir *d, char ***names, size_t *n)
 {
+	enum us_status rc;
+
 	*names = NULL;
 	*n = 0;
-	if (d && d->remote)
-		return us_rdir_list(d, names, n);
-	return local_list(local_fd(d), names, n);
+	rc = d && d->remote ? us_rdir_list(d, names, n)
+			    : local_list(local_fd(d), names, n);
+	if (rc == US_OK)
+		*n = sort_unique(*names, *n);
+	return rc;
 }
 
 static enum us_status local_open(const struct us_dir *d, const char *relpath,

@@ -129,6 +129,15 @@ const struct us_remote_object *us_remote_at(const struct us_remote *r, size_t i)
 	return i < r->n ? &r->v[i].o : NULL;
 }
 
+size_t us_remote_lower_bound(const struct us_remote *r, const char *key)
+{
+	size_t i = 0;
+
+	while (i < r->n && strcmp(r->v[i].o.key, key) < 0)
+		i++;
+	return i;
+}
+
 const struct us_remote_object *us_remote_find(const struct us_remote *r,
 					      const char *key)
 {
