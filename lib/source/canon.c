@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../num.h"
 #include "../storage/remote.h"
 
 bool us_cast_parse(const char *v, bool *cast, enum us_dtype *to)
@@ -199,17 +200,12 @@ static const char *unescape(struct us_canon_opts *c, size_t *used,
 /* A number of the canonical string: digits only, not 0, at most @max. */
 static bool parse_u64(const char *v, uint64_t max, uint64_t *out)
 {
-	uint64_t n = 0;
+	uint64_t n;
 
-	if (!*v)
+	if (!us_parse_u64(v, strlen(v), &n) || n == 0 || n > max)
 		return false;
-	for (; *v; v++) {
-		if (*v < '0' || *v > '9' || n > (max - (uint64_t)(*v - '0')) / 10)
-			return false;
-		n = n * 10 + (uint64_t)(*v - '0');
-	}
 	*out = n;
-	return n != 0;
+	return true;
 }
 
 static bool parse_uint(const char *v, unsigned *out)

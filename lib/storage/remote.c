@@ -891,17 +891,32 @@ static uint64_t note_read(struct us_remote *r, size_t idx, uint64_t off,
 	return atomic_fetch_add(&o->run_bytes, len) + len;
 }
 
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* Blocks [@from, @to] of object @idx for the workers, started on first use
+ * (none when @from > @to). */
+static void enqueue_range(struct us_remote *r, size_t idx, uint64_t from,
+			  uint64_t to)
+{
+	if (from > to)
+		return;
+	pool_start(r);
+	for (uint64_t b = from; b <= to; b++)
+		enqueue(r, idx, b);
+}
+
 /* A run of a block's worth: fetch the next `depth` blocks after @last. */
 static void prefetch_after(struct us_remote *r, size_t idx, uint64_t last)
 {
 	const struct us_rm_object *o = &r->list.o[idx];
 	uint64_t nblocks = (o->pub.size + r->block_size - 1) / r->block_size;
 
-	if (!r->depth)
-		return;
-	pool_start(r);
-	for (uint64_t b = last + 1; b <= last + r->depth && b < nblocks; b++)
-		enqueue(r, idx, b);
+	if (r->depth && nblocks)
+		enqueue_range(r, idx, last + 1,
+			      min_u64(last + r->depth, nblocks - 1));
 }
 
 /* ------------------------------------------------------------- reads */
@@ -916,11 +931,8 @@ static void prefetch_after(struct us_remote *r, size_t idx, uint64_t last)
 static void ahead_in_read(struct us_remote *r, size_t idx, uint64_t blk,
 			  uint64_t last)
 {
-	if (blk == last || !r->depth)
-		return;
-	pool_start(r);
-	for (uint64_t b = blk + 1; b <= last && b <= blk + r->depth; b++)
-		enqueue(r, idx, b);
+	if (r->depth)
+		enqueue_range(r, idx, blk + 1, min_u64(last, blk + r->depth));
 }
 
 /*
@@ -1003,8 +1015,8 @@ void us_remote_advise(struct us_remote *r, const struct us_remote_object *o,
 		return;
 	if (len > o->size - off)
 		len = o->size - off;
-	pool_start(r);
 	if (len < SMALL_READ) { /* records: the small pages holding them */
+		pool_start(r);
 		(void)fetch_pages(r, idx, off / SMALL_PAGE,
 				  (off + len - 1) / SMALL_PAGE, true);
 		return;
@@ -1013,8 +1025,7 @@ void us_remote_advise(struct us_remote *r, const struct us_remote_object *o,
 	 * the read-ahead depth reaches (the cache must keep them) */
 	uint64_t b0 = off / r->block_size, b1 = (off + len - 1) / r->block_size;
 
-	for (uint64_t b = b0; b <= b1 && b < b0 + r->depth; b++)
-		enqueue(r, idx, b);
+	enqueue_range(r, idx, b0, min_u64(b1, b0 + r->depth - 1));
 }
 
 /* Are blocks @first..@last all absent from the cache? */

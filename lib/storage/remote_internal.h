@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "../num.h"
 #include "../us_error.h"
 #include "remote.h"
 
@@ -159,8 +160,6 @@ bool us_parse_http_date(const char *s, struct timespec *ts);
  * here: we need it to check the object's identity). */
 bool us_parse_content_range(const char *s, uint64_t *start, uint64_t *end,
 			    uint64_t *total);
-/* us_parse_u64 - all of @s[0..@n) as a decimal uint64 without overflow. */
-bool us_parse_u64(const char *s, size_t n, uint64_t *v);
 
 /* ----------------------------------------------------------------- sigv4.c */
 

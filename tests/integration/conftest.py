@@ -131,7 +131,9 @@ def source_tensors(source):
 
 # ---------------------------------------------------------------------------- mounting
 
-def _read(path):
+def read_log(path):
+    """What a log file holds so far ("" if it cannot be read): a daemon's stderr,
+    a test server's log."""
     try:
         with open(path, "rb") as f:
             return f.read().decode(errors="replace")
@@ -183,10 +185,10 @@ def mount(source, *opts, wrapper=(), timeout=10, check_exit=True):
             rc = proc.poll()
             if rc is not None:
                 raise AssertionError(f"unshardfs exited with status {rc} before mounting "
-                                     f"{source}: {_read(errpath).strip()!r}")
+                                     f"{source}: {read_log(errpath).strip()!r}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"{source} not mounted after {timeout}s: "
-                                     f"{_read(errpath).strip()!r}")
+                                     f"{read_log(errpath).strip()!r}")
             time.sleep(0.02)
         mounted_ok = True
         yield mnt
@@ -202,7 +204,7 @@ def mount(source, *opts, wrapper=(), timeout=10, check_exit=True):
             os.rmdir(mnt)
         except OSError:
             pass
-        stderr = _read(errpath)
+        stderr = read_log(errpath)
         shutil.rmtree(tmp, ignore_errors=True)
     if check_exit and mounted_ok:
         assert rc == 0, f"unshardfs exited {rc} after unmount: {stderr.strip()!r}"

@@ -22,6 +22,8 @@ import time
 import urllib.error
 import urllib.request
 
+from conftest import read_log
+
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
 REGION = "us-east-1"
@@ -72,15 +74,6 @@ def use_dummy_credentials():
     return _CRED_DIR
 
 
-
-def _log_text(path):
-    """What a server's or mount's log file holds so far ("" if it cannot be read)."""
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
-
 class MotoServer:
     """`python -m moto.server -H 127.0.0.1 -p PORT` as a child process."""
 
@@ -114,7 +107,7 @@ class MotoServer:
                 time.sleep(0.1)
 
     def log_text(self):
-        return _log_text(self.log.name)
+        return read_log(self.log.name)
 
     def reset(self):
         """Forget every bucket (moto's own reset endpoint)."""
@@ -286,7 +279,7 @@ class S3fs:
             time.sleep(0.05)
 
     def log_text(self):
-        return _log_text(self.log.name)
+        return read_log(self.log.name)
 
     def close(self):
         for _ in range(40):
