@@ -241,6 +241,27 @@ def test_staged_ring_assembles_chunks_on_the_device(slot, monkeypatch):
     assert boxed, "no fixture tensor was assembled from its chunks"
 
 
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+def test_staged_ring_casts_into_the_destination(dtype, monkeypatch):
+    """dtype= through the staging ring: each piece crosses as stored and is cast by
+    its copy into the destination (as the device path does), also into a chunk's box
+    and into a slice; the bytes equal the direct read's .to(dtype)."""
+    import functools
+    monkeypatch.setattr(unshardfs, "SLOT_BYTES", 4096)
+    monkeypatch.setattr(unshardfs, "_read_staged",
+                        functools.partial(unshardfs._read_staged, on_device=True))
+    want_dtype = DTYPES[dtype]
+    for name in CAST_SOURCES + ["torch/dtensor_2d", "deepspeed/z3_3rank_bf16"]:
+        src = FIXTURE_PATHS[name]
+        for shard in (None, (1, 2), (0, 2, 1)):
+            ring = unshardfs.load(src, staged=True, dtype=want_dtype, shard=shard)
+            direct = unshardfs.load(src, dtype=want_dtype, shard=shard)
+            assert sorted(ring) == sorted(direct)
+            for n in direct:
+                assert ring[n].dtype == direct[n].dtype, (name, n)
+                assert tensor_bytes(ring[n]) == tensor_bytes(direct[n]), (name, n, shard)
+
+
 def test_chunk_requests_read_each_box_and_refuse_a_bad_chunk():
     """read_many with .chunk = k + 1 gives chunk k's box of the tensor, in its own
     row-major order; a chunk past the tensor's is refused in one line."""

@@ -184,84 +184,105 @@ def _box_pieces(ld, k, it, slot_bytes):
     return pieces
 
 
-def _read_staged(ld, plan, device, slot_bytes=None, nslots=None, on_device=None):
+class _Ring:
     """Another device: the loader fills a ring of host buffers (pinned for CUDA)
-    while the previous ones are copied to the device (non_blocking, on a side
-    stream); a buffer is refilled only after its copies are done.  A tensor split
-    along another dimension than the first (tensor parallel's Shard(1), a 2-D grid)
-    travels chunk by chunk, each read whole and copied into its box of the tensor
-    on the device: the gather runs there (on_device=False: on the host, in order)."""
-    import torch
-    slot_bytes, nslots = slot_bytes or SLOT_BYTES, nslots or NSLOTS
-    cuda = device.type == "cuda"
-    on_device = cuda if on_device is None else on_device
-    outs = [torch.empty(it.shape, dtype=_torch_dtype(it.info.dtype), device=device)
-            for it in plan]
-    flats = [t.reshape(-1).view(torch.uint8) if t.numel() else None for t in outs]
-    total = sum(it.len for it in plan)
-    slot_bytes = max(_ALIGN, min(slot_bytes, total + _ALIGN * len(plan)))
-    slots = [torch.empty(slot_bytes, dtype=torch.uint8, pin_memory=cuda)
-             for _ in range(min(nslots, max(1, math.ceil(total / slot_bytes))))]
-    stream = torch.cuda.Stream(device) if cuda else None
-    if cuda:
-        stream.wait_stream(torch.cuda.current_stream(device))
-    done = [None] * len(slots)
-    state = {"k": 0, "used": 0, "fill": []}
+    while the previous ones are copied to the device (non_blocking, each slot's on a
+    stream of its own); a buffer is refilled only after its copies are done.
 
-    def place(buf, at, n, where):
-        if len(where) == 2:  # bytes of the tensor, in order
-            k, dst = where
-            flats[k][dst:dst + n].copy_(buf[at:at + n], non_blocking=cuda)
-        else:  # a chunk's rows, into their box
-            k, box, shape = where
-            src = buf[at:at + n].view(outs[k].dtype).view(shape)
-            outs[k][box].copy_(src, non_blocking=cuda)
+    A piece is placed where it belongs in the destination tensor, on the device: a
+    tensor split along another dim than the first (tensor parallel's Shard(1), a 2-D
+    grid) travels chunk by chunk, each copied into its box (the gather runs there;
+    on_device=False: on the host, in order), and a cast to @dtype is the copy's own
+    (torch's non_blocking copy from pinned memory moves the stored dtype and converts
+    on the device, into the destination: a bf16 checkpoint crosses PCIe as bf16 and no
+    whole-tensor copy of the stored dtype is ever made)."""
 
-    def flush():
-        k, fill = state["k"], state["fill"]
-        if not fill:
-            return
-        buf = slots[k]
-        ld.read_many([req[:3] + (buf.data_ptr() + at,) + req[3:]
-                      for req, at, _n, _where in fill if req[0] != "slice"])
-        for req, at, n, _where in fill:
-            if req[0] == "slice":
-                ld.read_slice(*req[1:], buf.data_ptr() + at, n)
-        ctx = torch.cuda.stream(stream) if cuda else contextlib.nullcontext()
-        with ctx:
-            for _req, at, n, where in fill:
-                place(buf, at, n, where)
-            if cuda:
-                done[k] = torch.cuda.Event()
-                done[k].record(stream)
-        state.update(k=(k + 1) % len(slots), used=0, fill=[])
-        if done[state["k"]] is not None:
-            done[state["k"]].synchronize()  # its copies must be done before reuse
+    def __init__(self, ld, plan, device, dtype=None, slot_bytes=None, nslots=None,
+                 on_device=None):
+        import torch
+        self.torch, self.ld, self.plan = torch, ld, plan
+        self.cuda = device.type == "cuda"
+        self.on_device = self.cuda if on_device is None else on_device
+        self.stored = [_torch_dtype(it.info.dtype) for it in plan]
+        self.outs = [torch.empty(it.shape, device=device, dtype=dtype
+                                 if dtype is not None and st.is_floating_point else st)
+                     for it, st in zip(plan, self.stored)]
+        total = sum(it.len for it in plan)
+        slot = min(slot_bytes or SLOT_BYTES, total + _ALIGN * len(plan))
+        self.slot_bytes = max(_ALIGN, -(-slot // _ALIGN) * _ALIGN)  # whole elements
+        n = min(nslots or NSLOTS, max(1, math.ceil(total / self.slot_bytes)))
+        self.slots = [torch.empty(self.slot_bytes, dtype=torch.uint8, pin_memory=self.cuda)
+                      for _ in range(n)]
+        self.streams = [torch.cuda.Stream(device) for _ in self.slots] if self.cuda else None
+        for st in self.streams or ():
+            st.wait_stream(torch.cuda.current_stream(device))
+        self.done = [None] * n
+        self.k, self.used, self.fill = 0, 0, []
 
-    def add(req, n, where):
+    def run(self):
+        for k, it in enumerate(self.plan):
+            boxes = _box_pieces(self.ld, k, it, self.slot_bytes) if self.on_device else None
+            pieces = boxes if boxes is not None else _tensor_pieces(k, it, self.slot_bytes)
+            for req, n, where in pieces:
+                self.add(req, n, where)
+        self.flush()
+        for st in self.streams or ():
+            st.synchronize()
+        return self.outs
+
+    def add(self, req, n, where):
         """Queue a piece; one of the tensor's bytes in order fills the slot's room
-        and goes on in the next, a chunk's rows go whole."""
+        and goes on in the next, a chunk's rows and a slice's runs go whole."""
         while n:
-            room = slot_bytes - state["used"]
+            room = self.slot_bytes - self.used
             if room <= 0 or (room < n and (len(where) == 3 or req[0] == "slice")):
-                flush()
+                self.flush()
                 continue
             m = min(room, n)
             piece = req if m == n else (req[0], req[1], m) + req[3:]
-            state["fill"].append((piece, state["used"], m, where))
-            state["used"] += -(-m // _ALIGN) * _ALIGN
+            self.fill.append((piece, self.used, m, where))
+            self.used += -(-m // _ALIGN) * _ALIGN
             if m < n:  # only bytes in order are split
                 req, where = (req[0], req[1] + m, n - m) + req[3:], (where[0], where[1] + m)
             n -= m
 
-    for k, it in enumerate(plan):
-        boxes = _box_pieces(ld, k, it, slot_bytes) if on_device else None
-        for req, n, where in boxes if boxes is not None else _tensor_pieces(k, it, slot_bytes):
-            add(req, n, where)
-    flush()
-    if cuda:
-        stream.synchronize()
-    return outs
+    def place(self, buf, at, n, where):
+        """Copy a piece from the slot into its place in its tensor."""
+        k = where[0]
+        src = buf[at:at + n].view(self.stored[k])
+        if len(where) == 2:  # bytes of the tensor, in order
+            e0 = where[1] // src.element_size()
+            dst = self.outs[k].view(-1)[e0:e0 + src.numel()]
+        else:  # a chunk's rows, into their box
+            dst, src = self.outs[k][where[1]], src.view(where[2])
+        dst.copy_(src, non_blocking=self.cuda)
+
+    def flush(self):
+        k, fill = self.k, self.fill
+        if not fill:
+            return
+        buf = self.slots[k]
+        self.ld.read_many([req[:3] + (buf.data_ptr() + at,) + req[3:]
+                           for req, at, _n, _where in fill if req[0] != "slice"])
+        for req, at, n, _where in fill:
+            if req[0] == "slice":
+                self.ld.read_slice(*req[1:], buf.data_ptr() + at, n)
+        torch = self.torch
+        with torch.cuda.stream(self.streams[k]) if self.cuda else contextlib.nullcontext():
+            for _req, at, n, where in fill:
+                self.place(buf, at, n, where)
+            if self.cuda:
+                self.done[k] = torch.cuda.Event()
+                self.done[k].record(self.streams[k])
+        self.k, self.used, self.fill = (k + 1) % len(self.slots), 0, []
+        if self.done[self.k] is not None:
+            self.done[self.k].synchronize()  # its copies must be done before reuse
+
+
+def _read_staged(ld, plan, device, dtype=None, slot_bytes=None, nslots=None,
+                 on_device=None):
+    """The tensors of @plan on @device, through the staging ring (_Ring)."""
+    return _Ring(ld, plan, device, dtype, slot_bytes, nslots, on_device).run()
 
 
 def load(path, device="cpu", dtype=None, names=None, shard=None, *, options=None,
@@ -312,7 +333,7 @@ def load(path, device="cpu", dtype=None, names=None, shard=None, *, options=None
 def _load(ld, dev, dtype, names, shard, use_ring):
     """load()'s work on an opened Loader @ld."""
     plan = _plan(ld, names, shard)
-    outs = _read_staged(ld, plan, dev) if use_ring else _read_direct(ld, plan)
+    outs = _read_staged(ld, plan, dev, dtype) if use_ring else _read_direct(ld, plan)
     sd = {}
     for it, t in zip(plan, outs):
         if dtype is not None and t.is_floating_point() and t.dtype != dtype:
