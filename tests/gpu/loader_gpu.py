@@ -1,15 +1,18 @@
 """The loader on a device (tests/gpu/run.sh step 4; docs/loader.md).
 
     python tests/gpu/loader_gpu.py check [--device cuda:0] SOURCE...
-    python tests/gpu/loader_gpu.py bench [--device cuda:0] SOURCE
+    python tests/gpu/loader_gpu.py bench [--device cuda:0] [--daemon PATH] SOURCE...
 
 check: for each SOURCE, unshardfs.load(device=DEV) equals the CPU load byte for byte
 (a checksum computed on the device, then the bytes themselves), with the same tie
 identity, shard slices and dtype= casts (cast on the device after the copy vs on the
-CPU). bench: SOURCE mounted; load(MOUNT, device=DEV) vs safe_open(MOUNT/
-model.safetensors) + get_tensor(name).to(DEV) for every name, warm, best of 3, GB/s.
-With --device cpu both run the staging ring on the CPU (what this machine can check
-without a GPU). Exit status 1 when anything differs.
+CPU). bench: each SOURCE mounted; load(MOUNT, device=DEV) against, warm, best of 3:
+safe_open(MOUNT/model.safetensors) + .to(DEV) for every name (the mount path);
+dcp.load into tensors made on DEV (a DCP SOURCE); fastsafetensors (when importable)
+reading a consolidated copy on the native filesystem; and the pinned host-to-device
+ceiling measured in the same run. Every peer's tensors are checksummed on DEV against
+the loader's. With --device cpu everything runs on the CPU (what a machine without a
+GPU can check). Exit status 1 when anything differs.
 """
 import argparse
 import os
@@ -70,56 +73,186 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
-def bench(src, device):
+class Mount:
+    """SOURCE mounted by @daemon at a fresh folder, for the benchmark's peers."""
+
+    def __init__(self, daemon, src):
+        self.daemon, self.src = daemon, src
+        self.mnt = tempfile.mkdtemp(prefix="unshardfs-gpubench-")
+        self._start()
+
+    def _start(self):
+        self.proc = subprocess.Popen([self.daemon, "-f", "-q", self.src, self.mnt])
+        while not os.path.ismount(self.mnt):
+            if self.proc.poll() is not None:
+                raise SystemExit("mount failed")
+            time.sleep(0.05)
+
+    def _stop(self):
+        subprocess.run(["fusermount3", "-u", self.mnt])
+        self.proc.wait()
+
+    def fresh(self):
+        """Mount again: the next read through it is its first (the source files stay
+        in the page cache), as for a user who has just mounted."""
+        self._stop()
+        self._start()
+
+    def close(self):
+        self._stop()
+        os.rmdir(self.mnt)
+
+
+def served(name):
+    """A DCP key as the mount names it (gen.py saves {"model": state_dict})."""
+    return name.removeprefix("model.")
+
+
+def dcp_template(src, device, names):
+    """Empty tensors on @device for the tensors of the DCP checkpoint @src that the
+    mount serves as @names, by their flattened keys: what dcp.load fills in place
+    (the optimizer's are left out)."""
+    from torch.distributed.checkpoint import FileSystemReader
+    md = FileSystemReader(src).read_metadata()
+    return {k: torch.empty(tuple(m.size), dtype=m.properties.dtype, device=device)
+            for k, m in md.state_dict_metadata.items()
+            if hasattr(m, "chunks") and served(k) in names}
+
+
+def peers(src, m, native, device):
+    """name -> (a function that loads the whole state dict onto @device and returns
+    it as {name: tensor}, what to do untimed before each run); peers whose package is
+    missing are left out, with a line.  The mount path reads a fresh mount @m each run
+    (warm: the source files cached, not the mount's own page cache)."""
     from safetensors import safe_open
-    mnt = tempfile.mkdtemp(prefix="unshardfs-gpubench-")
-    proc = subprocess.Popen([os.path.join(BUILD, "fs", "unshardfs"), "-f", "-q", src, mnt])
-    while not os.path.ismount(mnt):
-        if proc.poll() is not None:
-            raise SystemExit("mount failed")
-        time.sleep(0.05)
+    out = {"loader": (lambda: unshardfs.load(m.mnt, device=device), None)}
+    with unshardfs.Loader(m.mnt) as ld:
+        names = set(ld.index)
+
+    def st():  # copy=True: on the CPU a plain .to would keep the file's mapping
+        with safe_open(os.path.join(m.mnt, "model.safetensors"), framework="pt") as f:
+            return {k: f.get_tensor(k).to(device, copy=True) for k in f.keys()}
+    out["safe_open(mnt)+.to"] = (st, m.fresh)
+    if os.path.exists(os.path.join(src, ".metadata")):
+        import torch.distributed.checkpoint as dcp
+
+        def native_dcp():
+            sd = dcp_template(src, device, names)
+            dcp.load(sd, checkpoint_id=src, no_dist=True)
+            return sd
+        out["dcp.load->device"] = (native_dcp, None)
     try:
-        def ours():
-            sd = unshardfs.load(mnt, device=device)
-            sync(device)
-            return sum(t.numel() * t.element_size() for t in sd.values())
+        from fastsafetensors import fastsafe_open
 
-        def peer():
-            n = 0
-            with safe_open(os.path.join(mnt, "model.safetensors"), framework="pt") as f:
-                for k in f.keys():
-                    t = f.get_tensor(k).to(device)
-                    n += t.numel() * t.element_size()
-            sync(device)
-            return n
+        def fst():
+            with fastsafe_open(native, framework="pt", device=str(device), nogds=True) as f:
+                return {k: f.get_tensor(k) for k in f.keys()}
+        out["fastsafetensors(native copy)"] = (fst, None)
+    except Exception as e:  # not installed, or not for this torch
+        print(f"fastsafetensors: not run ({type(e).__name__}: {e})")
+    return out
 
-        res = {}
-        for name, fn in (("loader", ours), ("safe_open+.to", peer)):
-            fn()  # warm
-            best = None
-            for _ in range(3):
-                t0 = time.perf_counter()
-                n = fn()
-                dt = time.perf_counter() - t0
-                best = dt if best is None else min(best, dt)
-            res[name] = (best, n)
-            print(f"{name} -> {device}: {best:.2f} s, {n / best / 1e9:.2f} GB/s")
-        print(f"loader vs safe_open+.to: {res['safe_open+.to'][0] / res['loader'][0]:.2f}x")
+
+def best_of(fn, device, before=None, reps=3):
+    """Seconds of the best of @reps warm runs of @fn (after one untimed; @before, if
+    any, untimed before each) and its result."""
+    fn()
+    best, sd = None, None
+    for _ in range(reps):
+        if before:
+            before()
+        sync(device)
+        t0 = time.perf_counter()
+        sd = fn()
+        sync(device)
+        dt = time.perf_counter() - t0
+        best = dt if best is None else min(best, dt)
+    return best, sd
+
+
+def ceiling(nbytes, device, reps=3):
+    """GB/s of pinned host-to-device copies of @nbytes (at most 4 GiB, in 256 MiB
+    copies from one pinned buffer): the bus's own pace, measured in this run."""
+    if torch.device(device).type != "cuda":
+        return None
+    n = min(nbytes, 4 << 30)
+    piece = min(n, 256 << 20)
+    host = torch.empty(piece, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(n, dtype=torch.uint8, device=device)
+    best = None
+    for _ in range(reps + 1):
+        sync(device)
+        t0 = time.perf_counter()
+        for at in range(0, n, piece):
+            m = min(piece, n - at)
+            dev[at:at + m].copy_(host[:m], non_blocking=True)
+        sync(device)
+        dt = time.perf_counter() - t0
+        best = dt if best is None else min(best, dt)
+    return n / best / 1e9
+
+
+def sums(sd):
+    """{name: checksum computed where the tensor lives}."""
+    return {k: checksum(v) for k, v in sd.items()}
+
+
+def bench(src, device, daemon):
+    """The loader to @device against the peers, warm, with the bytes compared on the
+    device; prints GB/s, the ratios and the issue's targets.  False when a peer's
+    tensors differ from the loader's."""
+    m = Mount(daemon, src)
+    work = tempfile.mkdtemp(prefix="unshardfs-gpunative-")
+    native = os.path.join(work, "model.safetensors")
+    try:
+        subprocess.run(["cp", os.path.join(m.mnt, "model.safetensors"), native], check=True)
+        res, ok, ref = {}, True, None
+        for name, (fn, before) in peers(src, m, native, device).items():
+            dt, sd = best_of(fn, device, before)
+            n = sum(t.numel() * t.element_size() for t in sd.values())
+            got = sums({served(k): v for k, v in sd.items()})
+            ref = ref or got
+            same_bytes = got == ref
+            ok &= same_bytes
+            res[name] = (dt, n)
+            print(f"{name} -> {device}: {dt:.2f} s, {n / dt / 1e9:.2f} GB/s"
+                  f"{'' if same_bytes else '  DIFFERENT BYTES'}")
+            del sd
+        report(res, ceiling(res["loader"][1], device))
+        return ok
     finally:
-        subprocess.run(["fusermount3", "-u", mnt])
-        proc.wait()
-        os.rmdir(mnt)
+        m.close()
+        subprocess.run(["rm", "-rf", work])
+
+
+def report(res, bus):
+    t = res["loader"][0]
+    print("targets (warm): loader vs the mount path >= 5x: "
+          f"{res['safe_open(mnt)+.to'][0] / t:.2f}x")
+    if "dcp.load->device" in res:
+        print(f"  loader vs dcp.load into device tensors: {res['dcp.load->device'][0] / t:.2f}x")
+    if "fastsafetensors(native copy)" in res:
+        print("  loader vs fastsafetensors on a native consolidated copy >= 1.0x: "
+              f"{res['fastsafetensors(native copy)'][0] / t:.2f}x")
+    if bus:
+        print(f"  pinned host-to-device ceiling {bus:.2f} GB/s; the loader at "
+              f"{res['loader'][1] / t / 1e9 / bus * 100:.0f}% of it (>= 60%)")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=["check", "bench"])
     ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--daemon", default=os.path.join(BUILD, "fs", "unshardfs"))
     ap.add_argument("sources", nargs="+")
     a = ap.parse_args()
     if a.what == "check":
         sys.exit(1 if check(a.sources, a.device) else 0)
-    bench(a.sources[0], a.device)
+    ok = True
+    for src in a.sources:
+        print(f"== {src}")
+        ok &= bench(src, a.device, a.daemon)
+    sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":

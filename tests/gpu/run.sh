@@ -13,9 +13,14 @@
 #      as bf16, CPU vs CUDA executor, GB/s each: through `export` (no FUSE), and
 #      through the mount when /dev/fuse works;
 #   5. the loader: unshardfs.load(device="cuda:0") of every fixture equals the CPU
-#      load (checksum on the device, bytes, ties, shard, dtype=), and its GB/s against
-#      safe_open + .to("cuda:0") through the mount (tests/gpu/loader_gpu.py).
-# Prints everything and copies it to ${OUT:-docs}/gpu-results.txt. Takes < 5 minutes.
+#      load (checksum on the device, bytes, ties, shard, dtype=), and, on the 4 GB
+#      Shard(0) and Shard(1) checkpoints of step 4, its GB/s against safe_open + .to
+#      through the mount, dcp.load into CUDA tensors, fastsafetensors on a native
+#      consolidated copy and the pinned host-to-device ceiling, each peer's bytes
+#      checksummed on the device against the loader's (tests/gpu/loader_gpu.py).
+# Prints everything and copies it to ${OUT:-docs}/gpu-results.txt. Takes about 6 minutes
+# (UNSHARDFS_GPU_BENCH_GB=1 for a quicker one). Prepare it here first with
+# tests/gpu/prepare.sh (binaries and wheels in .gpu/), then UNSHARDFS_GPU_PREBUILT=.gpu.
 # Needs python3 with torch for the benchmark generator (skipped otherwise).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -87,7 +92,7 @@ for shard in 1 0; do
     # f16 too: the pair whose CPU conversion was slowest before F16C.
     extra=""
     [[ $shard == 0 ]] && extra=f16
-    "$PY" tests/bench/gen.py dcp "$WORK/ckpt$shard" --gb "${UNSHARDFS_GPU_BENCH_GB:-1}" --world 4 --shard $shard >/dev/null ||
+    "$PY" tests/bench/gen.py dcp "$WORK/ckpt$shard" --gb "${UNSHARDFS_GPU_BENCH_GB:-4}" --world 4 --shard $shard >/dev/null ||
         { echo "FAILED: generator"; exit 1; }
     size=$("$US" export -q --dtype=bf16 "$WORK/ckpt$shard" - | wc -c)
     sums=""
@@ -140,18 +145,27 @@ else
     echo "mount benchmark skipped: FUSE cannot mount here"
 fi
 
-echo "== 4. the loader (docs/loader.md): load(device=cuda:0) vs the CPU, and vs safe_open + .cuda()"
+echo "== 4. the loader (docs/loader.md): load(device=cuda:0) vs the CPU, and vs its peers"
 if [[ -n "${UNSHARDFS_GPU_PREBUILT:-}" ]]; then
     export UNSHARDFS_LIB="$UNSHARDFS_GPU_PREBUILT/libunshard.so"
 else
     export UNSHARDFS_BUILD=build-gpu
 fi
+# fastsafetensors, the peer at the limit: from the wheels tests/gpu/prepare.sh brought.
+if ! "$PY" -c "import fastsafetensors" 2>/dev/null &&
+   [[ -d "${UNSHARDFS_GPU_PREBUILT:-/nonexistent}/wheels" ]]; then
+    "$PY" -m pip install -q --no-index --find-links "$UNSHARDFS_GPU_PREBUILT/wheels" \
+        --target "$WORK/pydeps" fastsafetensors &&
+        export PYTHONPATH="$WORK/pydeps${PYTHONPATH:+:$PYTHONPATH}" ||
+        echo "fastsafetensors: could not be installed from the wheels"
+fi
 "$PY" tests/gpu/loader_gpu.py check --device cuda:0 tests/fixtures/{sample,single,noindex} \
     tests/fixtures/torch/[a-z]* tests/fixtures/deepspeed/[a-z]* tests/fixtures/ties/[a-z]* ||
     { echo "FAILED: the loader's CUDA tensors differ from its CPU ones"; FAIL=1; }
 if [[ -e /dev/fuse ]]; then
-    "$PY" tests/gpu/loader_gpu.py bench --device cuda:0 "$WORK/ckpt0" ||
-        { echo "FAILED: loader benchmark"; FAIL=1; }
+    "$PY" -W ignore tests/gpu/loader_gpu.py bench --device cuda:0 --daemon "$US" \
+        "$WORK/ckpt0" "$WORK/ckpt1" ||
+        { echo "FAILED: loader benchmark (a peer's bytes differ, or it failed)"; FAIL=1; }
 else
     echo "loader benchmark skipped: FUSE cannot mount here"
 fi
