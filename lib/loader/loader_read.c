@@ -15,6 +15,7 @@
 
 #include <assert.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -186,12 +187,17 @@ static enum us_status check(const struct us_loader *ld,
 		return us_err_set(err, US_E_USAGE, t->name, "no chunk %u (%u "
 				  "chunks)", r->chunk - 1, t->nchunks);
 	t = req_tensor(ld, r, &ct, &cc);
-	if (r->off > t->nbytes || r->len > t->nbytes - r->off)
+	if (r->off > t->nbytes || r->len > t->nbytes - r->off) {
+		char what[32] = "its";
+
+		if (r->chunk)
+			snprintf(what, sizeof(what), "its chunk %u's", r->chunk - 1);
 		return us_err_set(err, US_E_USAGE, t->name, "bytes [%llu, +%llu) "
-				  "are outside its %llu bytes",
+				  "are outside %s %llu bytes",
 				  (unsigned long long)r->off,
-				  (unsigned long long)r->len,
+				  (unsigned long long)r->len, what,
 				  (unsigned long long)t->nbytes);
+	}
 	if (r->len && !r->buf)
 		return us_err_set(err, US_E_USAGE, t->name, "no buffer");
 	return US_OK;

@@ -49,16 +49,19 @@ static enum us_status slice_check(const struct us_tensor *t,
 	if (s->dim >= t->ndim)
 		return us_err_set(err, US_E_USAGE, t->name, "no dim %u (%u dims)",
 				  s->dim, t->ndim);
-	if (s->start > s->stop || s->stop > t->shape[s->dim] ||
-	    s->outer0 > s->outer1 || s->outer1 > outer)
-		return us_err_set(err, US_E_USAGE, t->name, "[%llu, %llu) of dim "
-				  "%u for outer [%llu, %llu) is outside its %llu "
-				  "by %llu", (unsigned long long)s->start,
+	if (s->start > s->stop || s->stop > t->shape[s->dim])
+		return us_err_set(err, US_E_USAGE, t->name, "indices [%llu, %llu) "
+				  "of dim %u: want start <= stop <= %llu (its size)",
+				  (unsigned long long)s->start,
 				  (unsigned long long)s->stop, s->dim,
+				  (unsigned long long)t->shape[s->dim]);
+	if (s->outer0 > s->outer1 || s->outer1 > outer)
+		return us_err_set(err, US_E_USAGE, t->name, "outer indices [%llu, "
+				  "%llu): want outer0 <= outer1 <= %llu (the "
+				  "product of the sizes before dim %u)",
 				  (unsigned long long)s->outer0,
 				  (unsigned long long)s->outer1,
-				  (unsigned long long)t->shape[s->dim],
-				  (unsigned long long)outer);
+				  (unsigned long long)outer, s->dim);
 	if (t->numel && t->nbytes % t->numel)
 		return us_err_set(err, US_E_USAGE, t->name, "elements of %s do "
 				  "not fill whole bytes", us_dtype_name(t->dtype));

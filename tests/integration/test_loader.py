@@ -154,7 +154,8 @@ def test_shard_along_another_dim(world, dim, monkeypatch):
     (slots smaller than one run, and holding a few), on Shard(0), 2-D grid, ZeRO-3
     and 3-D MoE expert tensors."""
     for name in ("torch/fsdp2_3rank", "torch/dtensor_2d", "deepspeed/z3_3rank_bf16",
-                 "torchtitan/qwen3_moe/ckpt/step-1"):
+                 "torchtitan/qwen3_moe/ckpt/step-1", "single", "torch/single_bin"):
+        # single: 0-size tensors, (0, 4) and (2, 0, 3), and 0-dim ones
         src = os.path.join(FIXTURES, name)
         full = unshardfs.load(src)
         assert any(t.dim() > dim for t in full.values()) or dim == 2
@@ -225,7 +226,8 @@ def test_staged_ring_assembles_chunks_on_the_device(slot, monkeypatch):
                         functools.partial(unshardfs._read_staged, on_device=True))
     boxed = 0
     for name in ("torch/dtensor_2d", "torch/fsdp2_3rank", "deepspeed/z3_3rank_bf16",
-                 "deepspeed/z2_2rank", "torchtitan/qwen3_moe/ckpt/step-1", "sample"):
+                 "deepspeed/z2_2rank", "torchtitan/qwen3_moe/ckpt/step-1", "sample",
+                 "single"):
         src = os.path.join(FIXTURES, name)
         with unshardfs.Loader(src) as ld:
             plan = unshardfs._plan(ld, None, None)
@@ -251,7 +253,7 @@ def test_staged_ring_casts_into_the_destination(dtype, monkeypatch):
     monkeypatch.setattr(unshardfs, "_read_staged",
                         functools.partial(unshardfs._read_staged, on_device=True))
     want_dtype = DTYPES[dtype]
-    for name in CAST_SOURCES + ["torch/dtensor_2d", "deepspeed/z3_3rank_bf16"]:
+    for name in CAST_SOURCES + ["torch/dtensor_2d", "deepspeed/z3_3rank_bf16", "single"]:
         src = FIXTURE_PATHS[name]
         for shard in (None, (1, 2), (0, 2, 1)):
             ring = unshardfs.load(src, staged=True, dtype=want_dtype, shard=shard)

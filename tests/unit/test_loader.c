@@ -101,6 +101,7 @@ static void test_list_and_read(const char *dir)
 		r.chunk = 1;
 		r.len = 480;
 		CHECK(us_loader_read_many(ld, &r, 1, &err) == US_E_USAGE);
+		CHECK(strstr(err.msg, "outside its chunk 0's 480 bytes") != NULL);
 	}
 	/* columns [1, 3) of a's rows [5, 10): five runs of 8 bytes */
 	{
@@ -116,6 +117,13 @@ static void test_list_and_read(const char *dir)
 		CHECK(us_loader_read_slice(ld, 0, &sl, buf, 39, &err) == US_E_USAGE);
 		sl.outer1 = 41;
 		CHECK(us_loader_read_slice(ld, 0, &sl, buf, 480, &err) == US_E_USAGE);
+		CHECK(strstr(err.msg, "outer indices [5, 41): want outer0 <= "
+			     "outer1 <= 40") != NULL);
+		sl = (struct us_loader_slice){ .dim = 1, .start = 2, .stop = 1,
+					       .outer1 = 1 };
+		CHECK(us_loader_read_slice(ld, 0, &sl, buf, 480, &err) == US_E_USAGE);
+		CHECK(strstr(err.msg, "a: indices [2, 1) of dim 1: want start <= "
+			     "stop <= 3") == err.msg);
 		sl = (struct us_loader_slice){ .dim = 2, .stop = 1, .outer1 = 1 };
 		CHECK(us_loader_read_slice(ld, 0, &sl, buf, 480, &err) == US_E_USAGE);
 		CHECK(strstr(err.msg, "a: no dim 2 (2 dims)") == err.msg);

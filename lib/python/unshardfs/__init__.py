@@ -52,12 +52,12 @@ def _shard_dim(shard):
     return rank, world, dim
 
 
-def _rows(info, shard):
-    """The dim and its indices [r0, r1) that rank `shard[0]` of `shard[1]` holds along
-    dim `shard[2]` (default 0): torch.chunk's split (chunks of ceil(n / world), the
-    last ones shorter or empty). No shard, or a tensor without that dim (a 0-dim one;
-    a 1-D norm weight when dim is 1: replicated in tensor parallelism), is whole,
-    as dim 0."""
+def _span(info, shard):
+    """(dim, i0, i1): the indices [i0, i1) of dim that rank `shard[0]` of `shard[1]`
+    holds along dim `shard[2]` (default 0), as torch.chunk splits (chunks of
+    ceil(n / world), the last ones shorter or empty).  Dim 0 also stands for the whole
+    tensor: no shard, or a tensor without that dim (a 0-dim one; a 1-D norm weight
+    for dim 1, replicated in tensor parallelism), is rows [0, n) of dim 0."""
     if shard is None:
         return 0, 0, info.shape[0] if info.shape else 1
     rank, world, dim = _shard_dim(shard)
@@ -65,35 +65,37 @@ def _rows(info, shard):
         return 0, 0, info.shape[0] if info.shape else 1
     n = info.shape[dim]
     size = math.ceil(n / world) if n else 0
-    r0 = min(n, rank * size)
-    return dim, r0, min(n, r0 + size)
+    i0 = min(n, rank * size)
+    return dim, i0, min(n, i0 + size)
 
 
 class _Item:
-    """One tensor to read: the canonical of a tie group and the names it goes under.
-    Sliced along dim 0 (or whole) it is the bytes [off, off + len) of the tensor; along
-    another dim, .slice is (dim, r0, r1) and each of its .outer indices (those of the
-    dims before) is one run of .run bytes, .stride apart in the tensor."""
+    """One tensor to read: the canonical of a tie group and the names it goes under,
+    .len bytes in all.  Along dim 0 (or whole) it is rows [r0, r1): the tensor's
+    bytes [off, off + len).  Along another dim, .slice is (dim, i0, i1) and .off is
+    None: each of the .outer indices of the dims before is one run of .run bytes,
+    .stride apart in the tensor, .inner bytes per index of dim."""
 
     def __init__(self, info, names, shard):
         self.info = info
         self.names = names
-        dim, r0, r1 = _rows(info, shard)
-        self.r0, self.r1 = r0, r1
+        dim, i0, i1 = _span(info, shard)
         self.slice = None
         if dim:
-            self.slice = (dim, r0, r1)
+            self.slice = (dim, i0, i1)
+            self.r0, self.r1 = 0, info.shape[0]
             self.outer = math.prod(info.shape[:dim])
-            inner = info.nbytes // (self.outer * info.shape[dim]) if info.nbytes else 0
-            self.run, self.stride = (r1 - r0) * inner, info.shape[dim] * inner
-            self.row = inner
-            self.off, self.len = 0, self.outer * self.run
-            self.shape = info.shape[:dim] + (r1 - r0,) + info.shape[dim + 1:]
+            n = self.outer * info.shape[dim]
+            self.inner = info.nbytes // n if n else 0
+            self.run, self.stride = (i1 - i0) * self.inner, info.shape[dim] * self.inner
+            self.off, self.len = None, self.outer * self.run
+            self.shape = info.shape[:dim] + (i1 - i0,) + info.shape[dim + 1:]
             return
         n = info.shape[0] if info.shape else 1
         row = info.nbytes // n if n else 0
-        self.off, self.len = r0 * row, (r1 - r0) * row
-        self.shape = ((r1 - r0),) + info.shape[1:] if info.shape else ()
+        self.r0, self.r1 = i0, i1
+        self.off, self.len = i0 * row, (i1 - i0) * row
+        self.shape = ((i1 - i0),) + info.shape[1:] if info.shape else ()
 
 
 def _plan(ld, names, shard):
@@ -128,37 +130,60 @@ def _read_direct(ld, plan):
     return outs
 
 
+class _Piece:
+    """@n bytes of plan item @k on their way through a ring slot: how they are read
+    (@req, a read_many request without its address: (tensor, off, len[, chunk]); or
+    @slice, read_slice's (tensor, dim, start, stop, outer0, outer1)), and where they
+    go: byte @dst of the tensor, in order; or, with @box (slices), a chunk's rows of
+    @shape into that box.  Only bytes in order read by one request may be split."""
+
+    __slots__ = ("k", "n", "req", "slice", "dst", "box", "shape")
+
+    def __init__(self, k, n, req=None, slice=None, dst=0, box=None, shape=None):
+        self.k, self.n, self.req, self.slice = k, n, req, slice
+        self.dst, self.box, self.shape = dst, box, shape
+
+    @property
+    def splittable(self):
+        return self.req is not None and self.box is None
+
+    def split(self, m):
+        """The first @m bytes, and the rest."""
+        assert self.splittable and 0 < m < self.n
+        i, off = self.req[:2]
+        return (_Piece(self.k, m, req=(i, off, m), dst=self.dst),
+                _Piece(self.k, self.n - m, req=(i, off + m, self.n - m), dst=self.dst + m))
+
+
 def _tensor_pieces(k, it, slot_bytes):
-    """@it's bytes in order, in pieces of at most a slot: (request, length, place),
-    where place is (plan index, destination byte offset) in the tensor.  A slice
-    along another dim than the first goes a slot's worth of outer indices at a time
-    (a request ("slice", ...): read_slice), or, when one run exceeds a slot, run by
-    run (each contiguous in the tensor)."""
+    """@it's bytes in order, in pieces of at most a slot.  A slice along another dim
+    than the first goes a slot's worth of outer indices at a time (read_slice), or,
+    when one run exceeds a slot, run by run (each contiguous in the tensor)."""
+    if not it.len:
+        return
+    i = it.info.index
     if it.slice and it.run > slot_bytes:
         for o in range(it.outer):
-            src = o * it.stride + it.slice[1] * it.row
-            yield (it.info.index, src, it.run), it.run, (k, o * it.run)
-        return
-    if it.slice:
-        per = max(1, slot_bytes // it.run) if it.run else it.outer
-        for a in range(0, it.outer if it.run else 0, per):
+            src = o * it.stride + it.slice[1] * it.inner
+            yield _Piece(k, it.run, req=(i, src, it.run), dst=o * it.run)
+    elif it.slice:
+        per = slot_bytes // it.run
+        for a in range(0, it.outer, per):
             b = min(it.outer, a + per)
-            yield ("slice", it.info.index) + it.slice + (a, b), (b - a) * it.run, \
-                (k, a * it.run)
-        return
-    pos = 0
-    while pos < it.len:
-        n = min(slot_bytes, it.len - pos)
-        yield (it.info.index, it.off + pos, n), n, (k, pos)
-        pos += n
+            yield _Piece(k, (b - a) * it.run, slice=(i,) + it.slice + (a, b),
+                         dst=a * it.run)
+    else:
+        for pos in range(0, it.len, slot_bytes):
+            n = min(slot_bytes, it.len - pos)
+            yield _Piece(k, n, req=(i, it.off + pos, n), dst=pos)
 
 
 def _box_pieces(ld, k, it, slot_bytes):
     """@it assembled on the device: each source chunk read whole (its rows that
     @it wants), in pieces of whole rows, each placed into its box of the tensor
-    there; place is (plan index, the box as slices, its shape).  None when the
-    tensor's bytes are chunk after chunk (no chunk, or a split of dim 0 only: read
-    in order, nothing to assemble) or a chunk row exceeds a slot."""
+    there.  None when the tensor's bytes are chunk after chunk (no chunk, or a split
+    of dim 0 only: read in order, nothing to assemble), when a chunk row exceeds a
+    slot, or for a slice along another dim (read_slice reads only its runs)."""
     shape = it.info.shape
     if len(shape) < 2 or not it.len or it.slice:
         return None
@@ -178,9 +203,10 @@ def _box_pieces(ld, k, it, slot_bytes):
         per = slot_bytes // row
         for x in range(a, b, per):
             y = min(b, x + per)
-            pieces.append(((it.info.index, (x - o[0]) * row, (y - x) * row, c + 1),
-                           (y - x) * row, (k, (slice(x - it.r0, y - it.r0),) + rest,
-                                           (y - x,) + tuple(s[1:]))))
+            n = (y - x) * row
+            pieces.append(_Piece(k, n, req=(it.info.index, (x - o[0]) * row, n, c + 1),
+                                 box=(slice(x - it.r0, y - it.r0),) + rest,
+                                 shape=(y - x,) + tuple(s[1:])))
     return pieces
 
 
@@ -222,39 +248,34 @@ class _Ring:
     def run(self):
         for k, it in enumerate(self.plan):
             boxes = _box_pieces(self.ld, k, it, self.slot_bytes) if self.on_device else None
-            pieces = boxes if boxes is not None else _tensor_pieces(k, it, self.slot_bytes)
-            for req, n, where in pieces:
-                self.add(req, n, where)
+            for piece in boxes if boxes is not None else _tensor_pieces(k, it,
+                                                                         self.slot_bytes):
+                self.add(piece)
         self.flush()
         for st in self.streams or ():
             st.synchronize()
         return self.outs
 
-    def add(self, req, n, where):
-        """Queue a piece; one of the tensor's bytes in order fills the slot's room
-        and goes on in the next, a chunk's rows and a slice's runs go whole."""
-        while n:
+    def add(self, piece):
+        """Queue @piece: bytes in order fill the slot's room and go on in the next
+        slot; a chunk's rows and a slice's runs go whole."""
+        while piece is not None:
             room = self.slot_bytes - self.used
-            if room <= 0 or (room < n and (len(where) == 3 or req[0] == "slice")):
+            if room <= 0 or (room < piece.n and not piece.splittable):
                 self.flush()
                 continue
-            m = min(room, n)
-            piece = req if m == n else (req[0], req[1], m) + req[3:]
-            self.fill.append((piece, self.used, m, where))
-            self.used += -(-m // _ALIGN) * _ALIGN
-            if m < n:  # only bytes in order are split
-                req, where = (req[0], req[1] + m, n - m) + req[3:], (where[0], where[1] + m)
-            n -= m
+            head, piece = piece.split(room) if room < piece.n else (piece, None)
+            self.fill.append((head, self.used))
+            self.used += -(-head.n // _ALIGN) * _ALIGN
 
-    def place(self, buf, at, n, where):
-        """Copy a piece from the slot into its place in its tensor."""
-        k = where[0]
-        src = buf[at:at + n].view(self.stored[k])
-        if len(where) == 2:  # bytes of the tensor, in order
-            e0 = where[1] // src.element_size()
-            dst = self.outs[k].view(-1)[e0:e0 + src.numel()]
+    def place(self, buf, at, p):
+        """Copy piece @p from the slot (at @at) into its place in its tensor."""
+        src = buf[at:at + p.n].view(self.stored[p.k])
+        if p.box is None:  # bytes of the tensor, in order
+            e0 = p.dst // src.element_size()
+            dst = self.outs[p.k].view(-1)[e0:e0 + src.numel()]
         else:  # a chunk's rows, into their box
-            dst, src = self.outs[k][where[1]], src.view(where[2])
+            dst, src = self.outs[p.k][p.box], src.view(p.shape)
         dst.copy_(src, non_blocking=self.cuda)
 
     def flush(self):
@@ -262,15 +283,15 @@ class _Ring:
         if not fill:
             return
         buf = self.slots[k]
-        self.ld.read_many([req[:3] + (buf.data_ptr() + at,) + req[3:]
-                           for req, at, _n, _where in fill if req[0] != "slice"])
-        for req, at, n, _where in fill:
-            if req[0] == "slice":
-                self.ld.read_slice(*req[1:], buf.data_ptr() + at, n)
+        self.ld.read_many([p.req[:3] + (buf.data_ptr() + at,) + p.req[3:]
+                           for p, at in fill if p.req is not None])
+        for p, at in fill:
+            if p.slice is not None:
+                self.ld.read_slice(*p.slice, buf.data_ptr() + at, p.n)
         torch = self.torch
         with torch.cuda.stream(self.streams[k]) if self.cuda else contextlib.nullcontext():
-            for _req, at, n, where in fill:
-                self.place(buf, at, n, where)
+            for p, at in fill:
+                self.place(buf, at, p)
             if self.cuda:
                 self.done[k] = torch.cuda.Event()
                 self.done[k].record(self.streams[k])
@@ -298,8 +319,9 @@ def load(path, device="cpu", dtype=None, names=None, shard=None, *, options=None
     device: where the tensors are made ("cpu", "cuda:0", ...). For a device other
         than the CPU the bytes travel as stored (a bf16 checkpoint crosses PCIe as
         bf16) through a bounded ring of pinned host buffers.
-    dtype: a torch dtype to cast the floating tensors to, on the device, after the
-        copy (None: as served).
+    dtype: a torch dtype to cast the floating tensors to (None: as served): on a
+        device by each piece's copy into a tensor made in that dtype, on the host
+        after the read.
     names: only these tensors (KeyError for a name the checkpoint does not have).
     shard: (rank, world) or (rank, world, dim): dim (default 0) of every tensor
         that has it is split as torch.chunk(t, world, dim)[rank] would split it, and
