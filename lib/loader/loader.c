@@ -286,15 +286,23 @@ size_t us_loader_count(const struct us_loader *ld)
 	return ld->sd->ntensors;
 }
 
+const struct us_tensor *us_ld_tensor(const struct us_loader *ld, size_t i,
+				     struct us_err *err)
+{
+	if (i < ld->sd->ntensors)
+		return &ld->sd->tensors[i];
+	us_err_set(err, US_E_USAGE, ".", "no tensor %zu (%zu tensors)", i,
+		   ld->sd->ntensors);
+	return NULL;
+}
+
 enum us_status us_loader_info(const struct us_loader *ld, size_t i,
 			      struct us_loader_tensor *out, struct us_err *err)
 {
-	const struct us_tensor *t;
+	const struct us_tensor *t = us_ld_tensor(ld, i, err);
 
-	if (i >= ld->sd->ntensors)
-		return us_err_set(err, US_E_USAGE, ".", "no tensor %zu (%zu "
-				  "tensors)", i, ld->sd->ntensors);
-	t = &ld->sd->tensors[i];
+	if (!t)
+		return US_E_USAGE;
 	*out = (struct us_loader_tensor){
 		.name = t->name, .dtype = us_dtype_name(t->dtype),
 		.ndim = t->ndim, .shape = t->shape, .nbytes = t->nbytes,

@@ -19,4 +19,9 @@ struct us_loader {
 	char options[4096];      /* canonical (canon.h) */
 };
 
+/* us_ld_tensor - tensor @i of @ld, or NULL with @err filled (US_E_USAGE)
+ * when there is no such tensor: every entry point that takes an index. */
+const struct us_tensor *us_ld_tensor(const struct us_loader *ld, size_t i,
+				     struct us_err *err);
+
 #endif /* US_LOADER_IMPL_H */

@@ -175,14 +175,12 @@ static void *worker(void *arg)
 static enum us_status check(const struct us_loader *ld,
 			    const struct us_loader_req *r, struct us_err *err)
 {
-	const struct us_tensor *t;
+	const struct us_tensor *t = us_ld_tensor(ld, r->tensor, err);
 	struct us_tensor ct;
 	struct us_chunk cc;
 
-	if (r->tensor >= ld->sd->ntensors)
-		return us_err_set(err, US_E_USAGE, ".", "no tensor %zu",
-				  r->tensor);
-	t = &ld->sd->tensors[r->tensor];
+	if (!t)
+		return US_E_USAGE;
 	if (r->chunk > t->nchunks)
 		return us_err_set(err, US_E_USAGE, t->name, "no chunk %u (%u "
 				  "chunks)", r->chunk - 1, t->nchunks);

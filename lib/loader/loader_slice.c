@@ -8,17 +8,27 @@
 
 #include <stdlib.h>
 
+/* Does a buffer of @cap bytes hold the @need bytes of a read of @t? */
+static enum us_status fits(const struct us_tensor *t, uint64_t cap,
+			   uint64_t need, struct us_err *err)
+{
+	if (cap >= need)
+		return US_OK;
+	return us_err_set(err, US_E_USAGE, t->name, "a buffer of %llu bytes "
+			  "for %llu", (unsigned long long)cap,
+			  (unsigned long long)need);
+}
+
 enum us_status us_loader_read(struct us_loader *ld, size_t i, uint64_t row0,
 			      uint64_t row1, void *buf, uint64_t cap,
 			      struct us_err *err)
 {
-	const struct us_tensor *t;
+	const struct us_tensor *t = us_ld_tensor(ld, i, err);
 	uint64_t rows, row_bytes;
 	struct us_loader_req r;
 
-	if (i >= ld->sd->ntensors)
-		return us_err_set(err, US_E_USAGE, ".", "no tensor %zu", i);
-	t = &ld->sd->tensors[i];
+	if (!t)
+		return US_E_USAGE;
 	rows = t->ndim ? t->shape[0] : 1;
 	row_bytes = rows ? t->nbytes / rows : 0;
 	if (row0 > row1 || row1 > rows)
@@ -32,10 +42,7 @@ enum us_status us_loader_read(struct us_loader *ld, size_t i, uint64_t row0,
 				  "do not fill whole bytes", us_dtype_name(t->dtype));
 	r = (struct us_loader_req){ .tensor = i, .off = row0 * row_bytes,
 				    .len = (row1 - row0) * row_bytes, .buf = buf };
-	if (cap < r.len)
-		return us_err_set(err, US_E_USAGE, t->name, "a buffer of %llu "
-				  "bytes for %llu", (unsigned long long)cap,
-				  (unsigned long long)r.len);
+	US_TRY(fits(t, cap, r.len, err));
 	return us_loader_read_many(ld, &r, 1, err);
 }
 
@@ -72,14 +79,13 @@ enum us_status us_loader_read_slice(struct us_loader *ld, size_t i,
 				    const struct us_loader_slice *s, void *buf,
 				    uint64_t cap, struct us_err *err)
 {
-	const struct us_tensor *t;
+	const struct us_tensor *t = us_ld_tensor(ld, i, err);
 	struct us_loader_req *reqs;
 	uint64_t outer = 1, row, run, stride, n;
 	enum us_status rc = US_OK;
 
-	if (i >= ld->sd->ntensors)
-		return us_err_set(err, US_E_USAGE, ".", "no tensor %zu", i);
-	t = &ld->sd->tensors[i];
+	if (!t)
+		return US_E_USAGE;
 	for (uint32_t d = 0; d < s->dim && d < t->ndim; d++)
 		outer *= t->shape[d];
 	US_TRY(slice_check(t, s, outer, err));
@@ -87,10 +93,7 @@ enum us_status us_loader_read_slice(struct us_loader *ld, size_t i,
 	run = (s->stop - s->start) * row;
 	stride = t->shape[s->dim] * row;
 	n = s->outer1 - s->outer0;
-	if (cap < n * run)
-		return us_err_set(err, US_E_USAGE, t->name, "a buffer of %llu "
-				  "bytes for %llu", (unsigned long long)cap,
-				  (unsigned long long)(n * run));
+	US_TRY(fits(t, cap, n * run, err));
 	if (!run || !n)
 		return US_OK;
 	reqs = calloc(n < SLICE_BATCH ? n : SLICE_BATCH, sizeof(*reqs));

@@ -83,7 +83,6 @@ class _Item:
         self.slice = None
         if dim:
             self.slice = (dim, i0, i1)
-            self.r0, self.r1 = 0, info.shape[0]
             self.outer = math.prod(info.shape[:dim])
             n = self.outer * info.shape[dim]
             self.inner = info.nbytes // n if n else 0
