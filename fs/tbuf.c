@@ -19,7 +19,7 @@ static struct {
 void us_rbuf_limit(unsigned max)
 {
 	pthread_mutex_lock(&pool.mu);
-	pool.max = max == 0 ? us_online_cpus(2, MAX_BUFS) : max > MAX_BUFS ? MAX_BUFS : max;
+	pool.max = max > MAX_BUFS ? MAX_BUFS : max; /* 0: take_any's default */
 	pthread_mutex_unlock(&pool.mu);
 }
 
@@ -29,7 +29,7 @@ static struct us_rbuf *take_any(void)
 	struct us_rbuf *b = NULL;
 
 	pthread_mutex_lock(&pool.mu);
-	if (!pool.max)
+	if (!pool.max) /* the default: one per online CPU */
 		pool.max = us_online_cpus(2, MAX_BUFS);
 	while (!pool.free && pool.live >= pool.max)
 		pthread_cond_wait(&pool.cv, &pool.mu);
