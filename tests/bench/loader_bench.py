@@ -119,19 +119,36 @@ def run(kind, path, threads):
 
 
 class Mount:
-    def __init__(self, src):
+    """@src mounted by @daemon (default: this build's) at a fresh folder, in the
+    foreground; tests/gpu/loader_gpu.py uses it too."""
+
+    def __init__(self, src, daemon=None):
+        self.src = src
+        self.daemon = daemon or os.path.join(BUILD, "fs", "unshardfs")
         self.mnt = tempfile.mkdtemp(prefix="unshardfs-lbench-")
-        self.proc = subprocess.Popen([os.path.join(BUILD, "fs", "unshardfs"), "-f", "-q",
-                                      src, self.mnt], stderr=subprocess.PIPE)
+        self._start()
+
+    def _start(self):
+        self.proc = subprocess.Popen([self.daemon, "-f", "-q", self.src, self.mnt],
+                                     stderr=subprocess.PIPE)
         deadline = time.monotonic() + 120
         while not os.path.ismount(self.mnt):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"no mount: {self.proc.stderr.read()!r}")
             time.sleep(0.05)
 
-    def close(self):
+    def _stop(self):
         subprocess.run(["fusermount3", "-u", self.mnt])
         self.proc.wait(timeout=30)
+
+    def fresh(self):
+        """Mount again: the next read through it is its first (the source files stay
+        in the page cache), as for a user who has just mounted."""
+        self._stop()
+        self._start()
+
+    def close(self):
+        self._stop()
         os.rmdir(self.mnt)
 
 

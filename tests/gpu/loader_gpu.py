@@ -25,8 +25,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, "lib", "python"))
 BUILD = os.path.join(REPO, os.environ.get("UNSHARDFS_BUILD", "build"))
 
+sys.path.insert(0, os.path.join(REPO, "tests", "bench"))
+
 import torch  # noqa: E402
 import unshardfs  # noqa: E402
+from loader_bench import Mount  # noqa: E402  (the benchmark's mount, with fresh())
 
 
 def checksum(t):
@@ -71,36 +74,6 @@ def check(sources, device):
 def sync(device):
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
-
-
-class Mount:
-    """SOURCE mounted by @daemon at a fresh folder, for the benchmark's peers."""
-
-    def __init__(self, daemon, src):
-        self.daemon, self.src = daemon, src
-        self.mnt = tempfile.mkdtemp(prefix="unshardfs-gpubench-")
-        self._start()
-
-    def _start(self):
-        self.proc = subprocess.Popen([self.daemon, "-f", "-q", self.src, self.mnt])
-        while not os.path.ismount(self.mnt):
-            if self.proc.poll() is not None:
-                raise SystemExit("mount failed")
-            time.sleep(0.05)
-
-    def _stop(self):
-        subprocess.run(["fusermount3", "-u", self.mnt])
-        self.proc.wait()
-
-    def fresh(self):
-        """Mount again: the next read through it is its first (the source files stay
-        in the page cache), as for a user who has just mounted."""
-        self._stop()
-        self._start()
-
-    def close(self):
-        self._stop()
-        os.rmdir(self.mnt)
 
 
 def served(name):
@@ -201,7 +174,7 @@ def bench(src, device, daemon):
     """The loader to @device against the peers, warm, with the bytes compared on the
     device; prints GB/s, the ratios and the issue's targets.  False when a peer's
     tensors differ from the loader's."""
-    m = Mount(daemon, src)
+    m = Mount(src, daemon)
     work = tempfile.mkdtemp(prefix="unshardfs-gpunative-")
     native = os.path.join(work, "model.safetensors")
     try:
