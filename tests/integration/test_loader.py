@@ -241,17 +241,24 @@ def test_names_and_staged_ring(monkeypatch):
             assert all((ring[n] is ring[m]) == (direct[n] is direct[m]) for m in direct)
 
 
+def device_path_on_cpu(monkeypatch, slot, nslots=None):
+    """The staging ring with slots of @slot bytes and the chunks placed into their
+    boxes (what a CUDA device gets), for staged=True loads on the CPU."""
+    import functools
+    monkeypatch.setattr(unshardfs, "SLOT_BYTES", slot)
+    if nslots:
+        monkeypatch.setattr(unshardfs, "NSLOTS", nslots)
+    monkeypatch.setattr(unshardfs, "_read_staged",
+                        functools.partial(unshardfs._read_staged, on_device=True))
+
+
 @pytest.mark.parametrize("slot", [4096, 1 << 16])
 def test_staged_ring_assembles_chunks_on_the_device(slot, monkeypatch):
     """The CUDA path's gather on the device, run on the CPU: a tensor split along
     another dimension than the first (a 2-D DTensor grid, a ZeRO partition) travels
     chunk by chunk, each read whole (a request with .chunk) and copied into its box;
     the bytes equal the direct read's for every fixture, whole and sharded."""
-    import functools
-    monkeypatch.setattr(unshardfs, "SLOT_BYTES", slot)
-    monkeypatch.setattr(unshardfs, "NSLOTS", 2)
-    monkeypatch.setattr(unshardfs, "_read_staged",
-                        functools.partial(unshardfs._read_staged, on_device=True))
+    device_path_on_cpu(monkeypatch, slot, nslots=2)
     boxed = 0
     for name in ("torch/dtensor_2d", "torch/fsdp2_3rank", "deepspeed/z3_3rank_bf16",
                  "deepspeed/z2_2rank", "torchtitan/qwen3_moe/ckpt/step-1", "sample",
@@ -276,10 +283,7 @@ def test_staged_ring_casts_into_the_destination(dtype, monkeypatch):
     """dtype= through the staging ring: each piece crosses as stored and is cast by
     its copy into the destination (as the device path does), also into a chunk's box
     and into a slice; the bytes equal the direct read's .to(dtype)."""
-    import functools
-    monkeypatch.setattr(unshardfs, "SLOT_BYTES", 4096)
-    monkeypatch.setattr(unshardfs, "_read_staged",
-                        functools.partial(unshardfs._read_staged, on_device=True))
+    device_path_on_cpu(monkeypatch, 4096)
     want_dtype = DTYPES[dtype]
     for name in CAST_SOURCES + ["torch/dtensor_2d", "deepspeed/z3_3rank_bf16", "single"]:
         src = FIXTURE_PATHS[name]
