@@ -31,6 +31,7 @@
 #include "ops.h"
 #include "opts.h"
 #include "pipe.h"
+#include "redact.h"
 #include "root_xattr.h"
 #include "source/source.h"
 #include "storage/remote.h"
@@ -334,12 +335,16 @@ static int check_device(const struct us_opts *o)
 	return -1;
 }
 
-/* fsname shows in mount(8) and df; libfuse splits options on commas. */
+/* fsname shows in mount(8), df and /proc/mounts, to every local user: a
+ * URL without its userinfo and query (a presigned URL's signature and
+ * token, redact.h).  libfuse splits options on commas. */
 static void add_mount_opts(struct fuse_args *args, const struct us_opts *o)
 {
-	char opt[4096];
-	char *abs = realpath(o->source, NULL); /* not as typed: cwd-free */
-	const char *src = abs ? abs : o->source;
+	char opt[4096], shown[3072];
+	bool url = us_remote_is_url(o->source);
+	char *abs = url ? NULL : realpath(o->source, NULL); /* cwd-free */
+	const char *src = url ? us_url_public(o->source, shown, sizeof(shown))
+			      : abs ? abs : o->source;
 
 	if (strpbrk(src, ", \t\n\\") || strlen(src) > 3000)
 		src = "unshardfs";

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <syslog.h>
 
+#include "redact.h"
+
 static bool use_syslog;
 
 /* fuse_log_level values are syslog's priorities, LOG_EMERG..LOG_DEBUG. */
@@ -26,15 +28,16 @@ void us_msg_use_syslog(void)
 
 void us_msg(int prio, const char *fmt, ...)
 {
+	char text[2048], shown[2048];
 	va_list ap;
 
 	va_start(ap, fmt);
-	if (use_syslog) {
-		vsyslog(prio, fmt, ap);
-	} else {
-		fputs("unshardfs: ", stderr);
-		vfprintf(stderr, fmt, ap);
-		fputc('\n', stderr);
-	}
+	vsnprintf(text, sizeof(text), fmt, ap);
 	va_end(ap);
+	/* A SOURCE URL may carry credentials: the log is for everyone. */
+	us_redact(text, shown, sizeof(shown));
+	if (use_syslog)
+		syslog(prio, "%s", shown);
+	else
+		fprintf(stderr, "unshardfs: %s\n", shown);
 }

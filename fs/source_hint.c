@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "redact.h"
 #include "source/source.h"
 
 #define HINT_NAMES 3 /* subdirectories named before "and N more" */
@@ -135,11 +136,12 @@ static void find_hint(const char *source, char *buf, size_t cap)
 void us_source_refusal(FILE *out, const char *source, const struct us_err *err,
 		       bool hint)
 {
-	char more[1024] = "";
-	const char *msg = err->msg;
+	char more[1024] = "", shown[1024];
+	const char *msg = err->msg; /* redacted by us_err_set */
 
 	if (hint)
 		find_hint(source, more, sizeof(more));
+	source = us_redact(source, shown, sizeof(shown));
 	/* "." is SOURCE itself: say it as the user did */
 	if (msg[0] == '.' && msg[1] == ':' && msg[2] == ' ')
 		fprintf(out, "unshardfs: %s: %s%s\n", source, msg + 3, more);

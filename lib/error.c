@@ -3,32 +3,57 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
-/* Format @fmt after the first @n bytes of err->msg, already written. */
-__attribute__((format(printf, 3, 0)))
-static void err_vformat(struct us_err *err, size_t n, const char *fmt, va_list ap)
+#include "redact.h"
+
+/* A path longer than this is shown as its head, "...", and its tail (the
+ * file name, what a user needs most), so that the reason still fits. */
+#define PATH_SHOWN (US_ERR_MSG_MAX / 2)
+#define PATH_HEAD 96
+
+/* Format @fmt after the first @n bytes of @text, already written, then put
+ * the whole line, redacted, into err->msg. */
+__attribute__((format(printf, 4, 0)))
+static void err_vformat(struct us_err *err, char *text, size_t n,
+			const char *fmt, va_list ap)
 {
-	vsnprintf(err->msg + n, sizeof(err->msg) - n, fmt, ap);
+	vsnprintf(text + n, US_ERR_MSG_MAX - n, fmt, ap);
+	/* URLs may carry credentials (redact.h): never in a message. */
+	us_redact(text, err->msg, sizeof(err->msg));
 	/* Names come from hostile files: keep the message on one line. */
 	for (char *p = err->msg; *p; p++)
 		if ((unsigned char)*p < 0x20 || *p == 0x7f)
 			*p = '?';
 }
 
+/* "<path>: " into @text (US_ERR_MSG_MAX bytes); its length. */
+static size_t put_path(char *text, const char *path)
+{
+	size_t len = strlen(path);
+	int n;
+
+	if (len <= PATH_SHOWN)
+		n = snprintf(text, US_ERR_MSG_MAX, "%s: ", path);
+	else
+		n = snprintf(text, US_ERR_MSG_MAX, "%.*s...%s: ", PATH_HEAD,
+			     path, path + len - (PATH_SHOWN - PATH_HEAD - 3));
+	return n < 0 ? 0 : (size_t)n;
+}
+
 enum us_status us_err_set(struct us_err *err, enum us_status status,
 			  const char *path, const char *fmt, ...)
 {
+	char text[US_ERR_MSG_MAX];
 	va_list ap;
-	int n;
+	size_t n;
 
 	if (!err)
 		return status;
 	err->status = status;
-	n = snprintf(err->msg, sizeof(err->msg), "%s: ", path ? path : ".");
-	if (n < 0 || (size_t)n >= sizeof(err->msg))
-		n = 0;
+	n = put_path(text, path ? path : ".");
 	va_start(ap, fmt);
-	err_vformat(err, (size_t)n, fmt, ap);
+	err_vformat(err, text, n, fmt, ap);
 	va_end(ap);
 	return status;
 }
@@ -36,13 +61,14 @@ enum us_status us_err_set(struct us_err *err, enum us_status status,
 enum us_status us_err_reason(struct us_err *err, enum us_status status,
 			     const char *fmt, ...)
 {
+	char text[US_ERR_MSG_MAX];
 	va_list ap;
 
 	if (!err)
 		return status;
 	err->status = status;
 	va_start(ap, fmt);
-	err_vformat(err, 0, fmt, ap);
+	err_vformat(err, text, 0, fmt, ap);
 	va_end(ap);
 	return status;
 }

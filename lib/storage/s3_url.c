@@ -1,9 +1,11 @@
 /* s3_url.c - s3:// URLs, endpoints and addressing, RFC 3986 encoding. */
 #include "remote_internal.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static bool unreserved(unsigned char c)
 {
@@ -130,9 +132,14 @@ enum us_status us_s3_parse(const char *url, struct us_s3_loc *loc,
 	if (plen && loc->prefix[plen - 1] == '/')
 		loc->prefix[--plen] = '\0';
 	/* "s3://b//" left "/" and then "": an empty component too. */
-	if (plen > US_RM_MAX_KEY || (plen == 0 && slash && slash[1]))
-		goto bad_prefix;
-	if (plen && !us_rel_key_ok(loc->prefix))
+	if (plen > US_RM_MAX_KEY) {
+		us_s3_loc_free(loc);
+		return us_err_set(err, US_E_USAGE, url, "the prefix is %zu bytes "
+				  "long: S3 keys are at most %u", plen,
+				  US_RM_MAX_KEY);
+	}
+	if ((plen == 0 && slash && slash[1]) ||
+	    (plen && !us_rel_key_ok(loc->prefix)))
 		goto bad_prefix;
 	return US_OK;
 bad_prefix:
@@ -279,4 +286,50 @@ char *us_s3_object_url(const struct us_endpoint *ep, const char *bucket,
 			     query ? query : "");
 	free(ek);
 	return n < 0 ? NULL : out;
+}
+
+/* The origin of @url into @o (scheme://host:port, lower case, the port
+ * always written); false when it has none we would follow. */
+static bool origin(const char *url, char *o, size_t cap)
+{
+	const char *auth = strstr(url, "://");
+	size_t slen, alen;
+	const char *port;
+	bool https;
+
+	if (!auth)
+		return false;
+	slen = (size_t)(auth - url);
+	https = slen == 5 && strncasecmp(url, "https", 5) == 0;
+	if (!https && !(slen == 4 && strncasecmp(url, "http", 4) == 0))
+		return false;
+	auth += 3;
+	alen = strcspn(auth, "/?#");
+	if (!alen || memchr(auth, '@', alen))
+		return false;
+	/* the last ':' after any IPv6 literal's ']' starts the port */
+	port = NULL;
+	for (size_t i = alen; i-- > 0 && auth[i] != ']';)
+		if (auth[i] == ':') {
+			port = auth + i;
+			break;
+		}
+	size_t hlen = port ? (size_t)(port - auth) : alen;
+	int n = snprintf(o, cap, "%s://%.*s:%.*s", https ? "https" : "http",
+			 (int)hlen, auth,
+			 port ? (int)(alen - hlen - 1) : (https ? 3 : 2),
+			 port ? port + 1 : (https ? "443" : "80"));
+	if (n < 0 || (size_t)n >= cap)
+		return false;
+	for (char *c = o; *c; c++)
+		*c = (char)tolower((unsigned char)*c);
+	return true;
+}
+
+bool us_same_origin(const char *a, const char *b)
+{
+	char oa[600], ob[600];
+
+	return origin(a, oa, sizeof(oa)) && origin(b, ob, sizeof(ob)) &&
+	       strcmp(oa, ob) == 0;
 }
