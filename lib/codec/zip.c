@@ -31,7 +31,7 @@ static enum us_status rd(const struct us_zip *z, void *buf, size_t n,
 {
 	if (us_file_pread(z->f, buf, n, z->base + off) != US_OK)
 		return us_err_reason(err, US_E_IO, "cannot read %s: %s", what,
-				     strerror(errno));
+				     us_file_strerror(z->f));
 	return US_OK;
 }
 

@@ -34,7 +34,7 @@ static enum us_status index_load(struct us_statedict *sd,
 		return us_err_set(err, US_E_NOMEM, relpath, "out of memory");
 	if (us_file_pread(f, text, (size_t)f->size, 0) != US_OK) {
 		us_err_set(err, US_E_IO, relpath, "cannot read: %s",
-			   strerror(errno));
+			   us_file_strerror(f));
 		free(text);
 		return US_E_IO;
 	}

@@ -319,6 +319,18 @@ static void sleep_ms(unsigned ms)
 		;
 }
 
+/* Text that may go into a request line or a header: no control byte.
+ * Values come from servers (an ETag from a listing) and from files anyone
+ * may have written (~/.aws): CR LF in one would be a header or a request
+ * of the writer's choosing, sent with the user's Authorization. */
+static bool request_text_ok(const char *v)
+{
+	for (; *v; v++)
+		if (((unsigned char)*v < 0x20 && *v != '\t') || *v == 0x7f)
+			return false;
+	return true;
+}
+
 /* The host, path and query of @url ("scheme://hostport/path?query");
  * false when one does not fit. */
 static bool split_url(const char *url, char *host, size_t hn, char *path,
@@ -363,7 +375,8 @@ static bool sign(struct us_http *h, const struct us_http_req *q,
 	in.region = h->creds->region;
 	in.service = "s3";
 	in.now = time(NULL);
-	if (!us_sigv4_sign(&in, &out))
+	if (!request_text_ok(in.key_id) || !request_text_ok(in.region) ||
+	    (in.token && !request_text_ok(in.token)) || !us_sigv4_sign(&in, &out))
 		return false;
 	/* The Host we signed is the Host we send. */
 	snprintf(hosthdr, sizeof(hosthdr), "Host: %s", host);
@@ -388,6 +401,8 @@ static bool add_header(struct curl_slist **hl, const char *name,
 
 	if (!v)
 		return true;
+	if (!request_text_ok(v))
+		return false;
 	if (snprintf(line, sizeof(line), "%s: %s", name, v) >= (int)sizeof(line))
 		return false;
 	t = curl_slist_append(*hl, line);
@@ -399,7 +414,6 @@ static bool add_header(struct curl_slist **hl, const char *name,
 static void setup(struct us_http *h, CURL *c, const struct us_http_req *q,
 		  struct attempt *a, struct curl_slist *hl, char *errbuf)
 {
-	bool signing = h->creds && h->creds->key_id;
 	long t = h->timeout_s ? (long)h->timeout_s : 30;
 
 	curl_easy_reset(c); /* keeps the connections alive */
@@ -410,17 +424,13 @@ static void setup(struct us_http *h, CURL *c, const struct us_http_req *q,
 	trust(h, c);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-	/* A stalled body aborts after t seconds under 1 KiB/s; the total
-	 * cap allows a block at a slow but moving rate. */
+	/* --timeout is what docs/remote.md says: the limit of each try, all
+	 * of it (connect, wait, body).  A server that trickles bytes cannot
+	 * stretch one (a low-speed limit alone lets 2 KiB/s go on forever). */
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, t);
-	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
-	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, t);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, 10 * t);
-	/* Redirects only for unsigned requests: a signature is for one host,
-	 * and the Authorization header must not travel to another. */
-	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, signing ? 0L : 1L);
-	curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
-	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, t);
+	/* Redirects are ours to check (us_http_do): curl follows none. */
+	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, a);
@@ -435,6 +445,22 @@ static bool retryable_status(long st)
 	return st >= 500 || st == 408 || st == 429;
 }
 
+static bool is_redirect(long st)
+{
+	return st == 301 || st == 302 || st == 303 || st == 307 || st == 308;
+}
+
+/* A 3xx answer's Location (absolute, as curl resolves it) into @p. */
+static void redirect_target(CURL *c, struct us_http_resp *p)
+{
+	char *to = NULL;
+
+	if (!is_redirect(p->status) ||
+	    curl_easy_getinfo(c, CURLINFO_REDIRECT_URL, &to) != CURLE_OK || !to)
+		return;
+	snprintf(p->location, sizeof(p->location), "%s", to);
+}
+
 /* One attempt: true when a response came (p->status set). */
 static bool attempt_once(struct us_http *h, CURL *c, const struct us_http_req *q,
 			 struct us_http_resp *p)
@@ -446,13 +472,19 @@ static bool attempt_once(struct us_http *h, CURL *c, const struct us_http_req *q
 
 	free(p->body);
 	memset(p, 0, sizeof(*p));
+	if (!request_text_ok(q->url)) {
+		snprintf(p->transport, sizeof(p->transport),
+			 "the URL holds a control byte (not sent)");
+		return false;
+	}
 	if (!add_header(&hl, "Range", q->range) ||
 	    !add_header(&hl, "If-Match", q->if_match) ||
 	    !add_header(&hl, "If-Unmodified-Since", q->if_unmodified_since) ||
 	    !add_header(&hl, "Expect", "") ||
 	    (h->creds && h->creds->key_id && !sign(h, q, &hl))) {
 		snprintf(p->transport, sizeof(p->transport),
-			 "cannot build the request");
+			 "cannot build the request (a header value holds a "
+			 "control byte, or is too long: not sent)");
 		curl_slist_free_all(hl);
 		return false;
 	}
@@ -462,7 +494,13 @@ static bool attempt_once(struct us_http *h, CURL *c, const struct us_http_req *q
 	cc = curl_easy_perform(c);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &p->status);
 	curl_slist_free_all(hl);
-	if (cc == CURLE_OK)
+	if (cc == CURLE_OK) {
+		redirect_target(c, p);
+		return true;
+	}
+	/* A body over its bound is an answer (cut): the caller says what
+	 * was too long, rather than "cannot reach". */
+	if (cc == CURLE_WRITE_ERROR && p->too_long && p->status)
 		return true;
 	if (cc == CURLE_WRITE_ERROR && p->too_long)
 		snprintf(p->transport, sizeof(p->transport),
@@ -476,17 +514,42 @@ static bool attempt_once(struct us_http *h, CURL *c, const struct us_http_req *q
 
 static _Thread_local unsigned jitter_seed;
 
-enum us_status us_http_do(struct us_http *h, const struct us_http_req *q,
-			  struct us_http_resp *p)
+#define MAX_HOPS 5
+
+/*
+ * May a request for @q go on to @p->location?  Only an unsigned one (a
+ * signature is for one host and path, and the Authorization header must
+ * travel nowhere else), only to the origin the user gave, and only a few
+ * times.  Else false, with the reason in p->transport.
+ */
+static bool may_follow(const struct us_http *h, const struct us_http_req *q,
+		       struct us_http_resp *p, unsigned hops)
 {
-	CURL *c = handle_get(h);
+	const char *why = NULL;
+
+	if (!p->location[0])
+		return false; /* a 3xx without a Location: the caller's answer */
+	if (h->creds && h->creds->key_id)
+		why = "a signed request is never redirected";
+	else if (!us_same_origin(q->url, p->location))
+		why = "unshardfs follows redirects only to the same scheme, "
+		      "host and port";
+	else if (hops >= MAX_HOPS)
+		why = "too many redirects";
+	if (!why)
+		return true;
+	snprintf(p->transport, sizeof(p->transport), "HTTP %ld redirect to %.160s "
+		 "refused: %s", p->status, p->location, why);
+	p->status = 0;
+	return false;
+}
+
+/* Tries of @q (its retries), into @p: true when an answer came. */
+static bool tries(struct us_http *h, CURL *c, const struct us_http_req *q,
+		  struct us_http_resp *p)
+{
 	bool got = false;
 
-	memset(p, 0, sizeof(*p));
-	if (!c) {
-		snprintf(p->transport, sizeof(p->transport), "out of memory");
-		return US_E_IO;
-	}
 	if (!jitter_seed)
 		jitter_seed = (unsigned)time(NULL) ^ (unsigned)(uintptr_t)&got;
 	for (unsigned i = 0;; i++) {
@@ -501,6 +564,36 @@ enum us_status us_http_do(struct us_http *h, const struct us_http_req *q,
 			atomic_fetch_add(&h->ctr->retries, 1);
 		sleep_ms(us_backoff_ms(i, (unsigned)rand_r(&jitter_seed)));
 	}
+	return got;
+}
+
+enum us_status us_http_do(struct us_http *h, const struct us_http_req *q,
+			  struct us_http_resp *p)
+{
+	CURL *c = handle_get(h);
+	struct us_http_req hop = *q;
+	char *url = NULL;
+	bool got = false;
+
+	memset(p, 0, sizeof(*p));
+	if (!c) {
+		snprintf(p->transport, sizeof(p->transport), "out of memory");
+		return US_E_IO;
+	}
+	for (unsigned hops = 0;; hops++) {
+		got = tries(h, c, &hop, p);
+		if (!got || !is_redirect(p->status) || !may_follow(h, q, p, hops))
+			break;
+		free(url);
+		if (!(url = strdup(p->location))) {
+			snprintf(p->transport, sizeof(p->transport), "out of memory");
+			got = false;
+			break;
+		}
+		hop.url = url;
+	}
+	got = got && p->status != 0;
+	free(url);
 	handle_put(h, c);
 	return got ? US_OK : US_E_IO;
 }

@@ -30,6 +30,7 @@
 #define DEF_RETRIES 5u
 #define DEF_TIMEOUT 30u
 #define MAX_CONNS 256u
+#define MAX_RETRIES 100u /* docs/remote.md, fs/opts.c: 1 to 100 */
 #define MAX_PAGES (US_RM_MAX_OBJECTS / 1000u + 16u)
 #define QUEUE_CAP 256u
 /* Reads smaller than this, in no run of at least as much, fetch only the
@@ -110,9 +111,9 @@ static enum us_status take_opts(struct us_remote *r,
 	if (out->connections > MAX_CONNS)
 		return us_err_set(err, US_E_USAGE, r->url,
 				  "--connections must be at most %u", MAX_CONNS);
-	if (out->retries > 20)
+	if (out->retries > MAX_RETRIES)
 		return us_err_set(err, US_E_USAGE, r->url,
-				  "--retries must be at most 20");
+				  "--retries must be at most %u", MAX_RETRIES);
 	r->block_size = out->block_size;
 	r->hinted = out->hinted_readahead;
 	r->connections = out->connections;
@@ -125,6 +126,18 @@ static enum us_status take_opts(struct us_remote *r,
 
 /* ------------------------------------------------------------- S3 errors */
 
+/* Does @text hold @secret, or 12 bytes of it in a row (a server may echo
+ * a credential it was sent, whole or cut, in its error message)? */
+static bool holds_secret(const char *text, const char *secret)
+{
+	size_t n = secret ? strlen(secret) : 0, w = n < 12 ? n : 12;
+
+	for (size_t i = 0; w && i + w <= n; i++)
+		if (memmem(text, strlen(text), secret + i, w))
+			return true;
+	return false;
+}
+
 static enum us_status s3_fail(const struct us_remote *r, const char *what,
 			      const struct us_http_resp *p, struct us_err *err)
 {
@@ -132,6 +145,12 @@ static enum us_status s3_fail(const struct us_remote *r, const char *what,
 	const char *src = r->creds.source ? r->creds.source : "no credentials";
 
 	us_s3_parse_error(p->body, p->len, code, sizeof(code), msg, sizeof(msg));
+	/* The server's words are shown; a credential in them never is. */
+	if (holds_secret(msg, r->creds.token) || holds_secret(msg, r->creds.secret))
+		snprintf(msg, sizeof(msg), "(the server's message quoted a "
+			 "credential: not shown)");
+	if (holds_secret(code, r->creds.token) || holds_secret(code, r->creds.secret))
+		snprintf(code, sizeof(code), "(not shown)");
 	if (strcmp(code, "NoSuchBucket") == 0)
 		return us_err_set(err, US_E_IO, what, "no such bucket: %s",
 				  r->loc.bucket);
@@ -202,12 +221,12 @@ static enum us_status list_page(struct us_remote *r, const char *lp,
 				"cannot reach %s://%s after %u retries: %s",
 				r->ep.scheme, r->ep.hostport, r->retries,
 				p.transport);
-	} else if (p.status != 200) {
-		rc = s3_fail(r, r->url, &p, err);
-	} else if (p.too_long) {
+	} else if (p.too_long && p.status == 200) {
 		rc = us_err_set(err, US_E_IO, r->url,
 				"a listing page is over %u MiB",
 				US_RM_MAX_LIST_BODY >> 20);
+	} else if (p.status != 200) {
+		rc = s3_fail(r, r->url, &p, err);
 	} else {
 		rc = us_s3_parse_list(p.body ? p.body : "", p.len, pg,
 				      US_RM_MAX_OBJECTS, &why);

@@ -87,6 +87,11 @@ char *us_uri_encode(const char *s, size_t n, bool keep_slash);
 /* us_uri_decode - %XX decoded; NULL when malformed or it decodes a NUL. */
 char *us_uri_decode(const char *s, size_t n);
 
+/* us_same_origin - do URLs @a and @b name the same scheme, host and port
+ * (an absent port is the scheme's default; case-insensitive)?  A URL with
+ * userinfo, or that is not http(s)://, is nobody's origin: false. */
+bool us_same_origin(const char *a, const char *b);
+
 /* us_rel_key_ok - is @k a key that path semantics can serve: non-empty, no
  * leading or trailing '/', no empty, "." or ".." component? */
 bool us_rel_key_ok(const char *k);
@@ -228,13 +233,22 @@ struct us_http_resp {
 	char content_range[96];
 	char bucket_region[64];
 	char transport[256];  /* the last transport error, in words */
+	char location[2048];  /* a 3xx answer's Location, resolved by curl */
 };
 
 /*
  * us_http_do - send @q, retrying transport failures, 5xx, 408, 429 and
  * short range bodies up to the configured count with exponential backoff
  * and jitter.  US_OK when a final response arrived (any status: the caller
- * interprets it), US_E_IO when none did (@p->transport says why).
+ * interprets it; a body over its bound arrives cut, with too_long set),
+ * US_E_IO when none did (@p->transport says why).
+ *
+ * Requests go only where the caller's URL says.  A redirect is followed
+ * only by an unsigned request, only to the same scheme, host and port
+ * (never another host, never https to http), at most 5 times; any other
+ * redirect fails the request, naming where it pointed.  A header value or
+ * URL holding a control byte (CR or LF would end the header and start
+ * another, or a second request: smuggling) is never sent: US_E_IO.
  * @p is the caller's: us_http_resp_free releases its body.
  */
 enum us_status us_http_do(struct us_http *h, const struct us_http_req *q,

@@ -267,6 +267,18 @@ enum us_status us_file_preadv(const struct us_file *f, struct iovec *iov,
 	return US_OK;
 }
 
+const char *us_file_strerror(const struct us_file *f)
+{
+	static _Thread_local char why[512];
+	int e = errno;
+
+	if (f->fd >= 0 || !f->remote)
+		return strerror(e);
+	/* "Input/output error" says nothing of a store: its own words do */
+	us_remote_last_error(f->remote, why, sizeof(why));
+	return why[0] ? why : strerror(e);
+}
+
 void us_file_advise(const struct us_file *f, uint64_t off, uint64_t len)
 {
 	if (f->fd < 0 && f->remote)

@@ -101,6 +101,11 @@ enum us_status us_file_open_fd(int fd, struct us_file *f);
 enum us_status us_file_pread(const struct us_file *f, void *buf, size_t len,
 			     uint64_t off);
 
+/* us_file_strerror - why the last failed read of @f failed, in words:
+ * strerror(errno) for a local file, the store's reason for a remote one
+ * ("KEY: bytes A-B: HTTP 503").  Valid until this thread's next call. */
+const char *us_file_strerror(const struct us_file *f);
+
 /* us_file_preadv - the bytes at @off of @f, consecutive, into the @n
  * buffers of @iov (n <= IOV_MAX; modified), as us_file_pread: one preadv
  * of a local file, a copy per buffer of a remote one. */

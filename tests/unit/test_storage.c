@@ -184,6 +184,12 @@ void us_remote_advise(struct us_remote *r, const struct us_remote_object *o,
 	(void)r, (void)o, (void)off, (void)len; /* a hint: the fake has it all */
 }
 
+void us_remote_last_error(struct us_remote *r, char *buf, size_t n)
+{
+	(void)r;
+	snprintf(buf, n, "fake: bytes out of range");
+}
+
 /* ---- local ------------------------------------------------------------- */
 
 static void test_local(void)

@@ -549,7 +549,7 @@ static enum us_status load_metadata(struct dcp *d, const struct us_pk **root)
 		return us_err_set(d->err, US_E_NOMEM, d->metapath, "out of memory");
 	if (us_file_pread(f, buf, (size_t)f->size, 0) != US_OK) {
 		us_err_set(d->err, US_E_IO, d->metapath, "cannot read: %s",
-			   strerror(errno));
+			   us_file_strerror(f));
 		free(buf);
 		return US_E_IO;
 	}

@@ -26,7 +26,7 @@ static bool read_tag_text(const struct us_file *f, char *tag,
 		n = (size_t)f->size;
 	if (us_file_pread(f, buf, n, 0) != US_OK)
 		return us_err_reason(why, US_E_IO, "cannot be read: %s",
-				     strerror(errno)), false;
+				     us_file_strerror(f)), false;
 	e = n;
 	while (b < e && isspace((unsigned char)buf[b]))
 		b++;

@@ -47,7 +47,7 @@ static enum us_status st_read_header(const struct us_file *f, cJSON **root,
 				  "not a safetensors file: shorter than 8 bytes");
 	if (us_file_pread(f, len8, 8, 0) != US_OK)
 		return us_err_set(err, US_E_IO, f->relpath, "cannot read: %s",
-				  strerror(errno));
+				  us_file_strerror(f));
 	for (int i = 7; i >= 0; i--)
 		n = n << 8 | len8[i];
 	/* n is the file's first 8 bytes, unvalidated: any file can sit here
@@ -69,7 +69,7 @@ static enum us_status st_read_header(const struct us_file *f, cJSON **root,
 		return us_err_set(err, US_E_NOMEM, f->relpath, "out of memory");
 	if (us_file_pread(f, hdr, n, 8) != US_OK) {
 		us_err_set(err, US_E_IO, f->relpath, "cannot read: %s",
-			   strerror(errno));
+			   us_file_strerror(f));
 		free(hdr);
 		return US_E_IO;
 	}
