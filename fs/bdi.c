@@ -5,7 +5,7 @@
  * minimum of its 128 KiB default and ours), so it can only be raised after
  * INIT.  A file's window is taken from the bdi right after its FUSE_OPEN is
  * answered, so the first open raises it, before replying: deterministic for
- * every file opened.  The device is found at mount (mountinfo.c).
+ * every file opened.  The device is found at mount (lib/mountinfo.c).
  */
 #include "bdi.h"
 

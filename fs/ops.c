@@ -451,6 +451,17 @@ static void reply_xattr_value(fuse_req_t req, const char *val, size_t len,
 		fuse_reply_buf(req, val, len);
 }
 
+/* The root's xattrs name SOURCE (a remote one's URL may be presigned) and
+ * its store's options: only the mount's owner (the daemon's uid, the
+ * user_id= the kernel records) and root are told, as only they are what a
+ * loader believes (lib/loader/mount_root.c). */
+static bool root_xattr_reader(fuse_req_t req)
+{
+	uid_t uid = fuse_req_ctx(req)->uid;
+
+	return uid == 0 || uid == getuid();
+}
+
 static void us_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			size_t size)
 {
@@ -464,7 +475,9 @@ static void us_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		const char *v = us_root_xattr(tree_of(req)->rootx, name, tmp,
 					      &len);
 
-		if (v)
+		if (v && !root_xattr_reader(req))
+			fuse_reply_err(req, EACCES);
+		else if (v)
 			reply_xattr_value(req, v, len, size);
 		else
 			fuse_reply_err(req, ENODATA);

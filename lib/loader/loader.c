@@ -5,6 +5,7 @@
 #include "loader_impl.h"
 
 #include "cpus.h"
+#include "mount_root.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -83,12 +84,13 @@ static bool opts_given(const struct us_loader_opts *lo)
 		      lo->connections || lo->retries || lo->timeout_s);
 }
 
-/* The value of xattr @name of @path, malloc'ed and NUL-terminated, or NULL
- * with errno set (ENODATA: not there). */
-static char *get_xattr(const char *path, const char *name)
+/* The value of xattr @name of the directory @fd (a trusted mount root:
+ * mount_root.c), malloc'ed and NUL-terminated, or NULL with errno set
+ * (ENODATA: not there). */
+static char *get_xattr(int fd, const char *name)
 {
 	for (int tries = 0; tries < 4; tries++) {
-		ssize_t n = getxattr(path, name, NULL, 0), m;
+		ssize_t n = fgetxattr(fd, name, NULL, 0), m;
 		char *v;
 
 		if (n < 0)
@@ -96,7 +98,7 @@ static char *get_xattr(const char *path, const char *name)
 		v = malloc((size_t)n + 1);
 		if (!v)
 			return errno = ENOMEM, NULL;
-		m = getxattr(path, name, v, (size_t)n);
+		m = fgetxattr(fd, name, v, (size_t)n);
 		if (m >= 0 && m <= n) {
 			v[m] = '\0';
 			return v;
@@ -108,16 +110,17 @@ static char *get_xattr(const char *path, const char *name)
 	return errno = ERANGE, NULL;
 }
 
-/* What the mount root @path says about itself, into @ld and @c. */
+/* What the mount root @path (open as @fd) says about itself, into @ld and
+ * @c. */
 static enum us_status read_mount(struct us_loader *ld, const char *path,
-				 const struct us_loader_opts *lo,
+				 int fd, const struct us_loader_opts *lo,
 				 struct us_canon_opts *c, char **identity,
 				 struct us_err *err)
 {
-	char *opts = get_xattr(path, US_XATTR_ROOT_OPTIONS);
+	char *opts = get_xattr(fd, US_XATTR_ROOT_OPTIONS);
 	enum us_status rc;
 
-	*identity = get_xattr(path, US_XATTR_ROOT_IDENTITY);
+	*identity = get_xattr(fd, US_XATTR_ROOT_IDENTITY);
 	if (!opts || !*identity) {
 		rc = us_err_set(err, US_E_IO, path, "an unshardfs mount that "
 				"does not say its %s: %s", opts ? "identity"
@@ -203,6 +206,49 @@ static unsigned default_threads(const struct us_loader_opts *lo)
 	return us_online_cpus(1, US_LOADER_MAX_THREADS);
 }
 
+/* @path as a SOURCE: a URL as given, anything local resolved. */
+static enum us_status plain_source(struct us_loader *ld, const char *path,
+				   struct us_err *err)
+{
+	/* A URL names no mount (and no local file): the store itself. */
+	if (us_remote_is_url(path))
+		ld->source = strdup(path);
+	else if (!(ld->source = realpath(path, NULL)) && errno != ENOMEM)
+		return us_err_set(err, US_E_IO, path, "cannot access SOURCE: %s",
+				  strerror(errno));
+	if (!ld->source)
+		return us_err_set(err, US_E_NOMEM, path, "out of memory");
+	return US_OK;
+}
+
+/* The options, and for a mount root its SOURCE and identity: only a live
+ * unshardfs mount of this user or root is believed (mount_root.c); any
+ * other path is a SOURCE, whatever xattrs it carries. */
+static enum us_status resolve(struct us_loader *ld, const char *path,
+			      const struct us_loader_opts *lo,
+			      struct us_canon_opts *c, char **identity,
+			      struct us_err *err)
+{
+	int fd = us_remote_is_url(path) ? -1 : us_mount_root_open(path);
+	enum us_status rc;
+
+	if (fd >= 0) {
+		/* A mount that will not tell this process (fs/root_xattr.c
+		 * answers only its owner and root) is read as what it serves. */
+		ld->source = get_xattr(fd, US_XATTR_ROOT_SOURCE);
+		ld->mounted = ld->source != NULL;
+	}
+	if (ld->mounted)
+		rc = read_mount(ld, path, fd, lo, c, identity, err);
+	else
+		rc = plain_source(ld, path, err);
+	if (fd >= 0)
+		close(fd);
+	if (rc != US_OK || ld->mounted)
+		return rc;
+	return opts_from_user(lo, c, err);
+}
+
 static enum us_status loader_init(struct us_loader *ld, const char *path,
 				  const struct us_loader_opts *lo,
 				  struct us_err *err)
@@ -212,19 +258,7 @@ static enum us_status loader_init(struct us_loader *ld, const char *path,
 	char *identity = NULL;
 	enum us_status rc;
 
-	/* A URL names no mount (and no local file): the store itself. */
-	if (us_remote_is_url(path)) {
-		if (!(ld->source = strdup(path)))
-			return us_err_set(err, US_E_NOMEM, path, "out of memory");
-	} else {
-		ld->source = get_xattr(path, US_XATTR_ROOT_SOURCE);
-		ld->mounted = ld->source != NULL;
-	}
-	if (!ld->source && !(ld->source = realpath(path, NULL)))
-		return us_err_set(err, US_E_IO, path, "cannot access SOURCE: %s",
-				  strerror(errno));
-	rc = ld->mounted ? read_mount(ld, path, lo, &c, &identity, err)
-			 : opts_from_user(lo, &c, err);
+	rc = resolve(ld, path, lo, &c, &identity, err);
 	if (rc == US_OK)
 		rc = open_sd(ld, path, &c, identity, err);
 	free(identity);
@@ -241,10 +275,14 @@ enum us_status us_loader_open(const char *path,
 			      const struct us_loader_opts *opts,
 			      struct us_loader **out, struct us_err *err)
 {
-	struct us_loader *ld = calloc(1, sizeof(*ld));
+	struct us_loader *ld;
 	enum us_status rc;
 
+	if (!out || !path)
+		return us_err_set(err, US_E_USAGE, ".", "no %s",
+				  out ? "path" : "place for the loader");
 	*out = NULL;
+	ld = calloc(1, sizeof(*ld));
 	if (!ld)
 		return us_err_set(err, US_E_NOMEM, path, "out of memory");
 	rc = loader_init(ld, path, opts, err);
@@ -266,29 +304,35 @@ void us_loader_close(struct us_loader *ld)
 	free(ld);
 }
 
+/* The accessors answer a NULL loader (a caller's use after close, through
+ * a binding that cleared its handle) as an empty one, rather than crash. */
 const char *us_loader_source(const struct us_loader *ld)
 {
-	return ld->source;
+	return ld ? ld->source : NULL;
 }
 
 const char *us_loader_options(const struct us_loader *ld)
 {
-	return ld->options;
+	return ld ? ld->options : NULL;
 }
 
 bool us_loader_mounted(const struct us_loader *ld)
 {
-	return ld->mounted;
+	return ld && ld->mounted;
 }
 
 size_t us_loader_count(const struct us_loader *ld)
 {
-	return ld->sd->ntensors;
+	return ld ? ld->sd->ntensors : 0;
 }
 
 const struct us_tensor *us_ld_tensor(const struct us_loader *ld, size_t i,
 				     struct us_err *err)
 {
+	if (!ld) {
+		us_err_set(err, US_E_USAGE, ".", "no loader (closed?)");
+		return NULL;
+	}
 	if (i < ld->sd->ntensors)
 		return &ld->sd->tensors[i];
 	us_err_set(err, US_E_USAGE, ".", "no tensor %zu (%zu tensors)", i,
@@ -303,6 +347,9 @@ enum us_status us_loader_info(const struct us_loader *ld, size_t i,
 
 	if (!t)
 		return US_E_USAGE;
+	if (!out)
+		return us_err_set(err, US_E_USAGE, t->name, "no place for its "
+				  "description");
 	*out = (struct us_loader_tensor){
 		.name = t->name, .dtype = us_dtype_name(t->dtype),
 		.ndim = t->ndim, .shape = t->shape, .nbytes = t->nbytes,
@@ -316,10 +363,10 @@ uint32_t us_loader_chunk(const struct us_loader *ld, size_t i, uint32_t k,
 {
 	const struct us_tensor *t;
 
-	if (i >= ld->sd->ntensors)
+	if (!ld || i >= ld->sd->ntensors)
 		return 0;
 	t = &ld->sd->tensors[i];
-	if (k < t->nchunks) {
+	if (k < t->nchunks && offsets && sizes) {
 		*offsets = t->chunks[k].offsets;
 		*sizes = t->chunks[k].sizes;
 	}
@@ -328,7 +375,7 @@ uint32_t us_loader_chunk(const struct us_loader *ld, size_t i, uint32_t k,
 
 long us_loader_find(const struct us_loader *ld, const char *name)
 {
-	const struct us_tensor *t = us_sd_find(ld->sd, name);
+	const struct us_tensor *t = ld && name ? us_sd_find(ld->sd, name) : NULL;
 
 	return t ? (long)(t - ld->sd->tensors) : -1;
 }

@@ -220,6 +220,9 @@ enum us_status us_loader_read_many(struct us_loader *ld,
 	uint64_t total = 0;
 	unsigned nt, started = 0;
 
+	if (!ld || (n && !reqs))
+		return us_err_set(err, US_E_USAGE, ".", "no loader or no "
+				  "requests (a closed handle?)");
 	for (size_t i = 0; i < n; i++) {
 		US_TRY(check(ld, &reqs[i], err));
 		total += reqs[i].len;

@@ -12,9 +12,10 @@ needs neither torch nor CUDA.
 import contextlib
 import math
 
-from ._lib import Loader, TensorInfo, UnshardfsError  # noqa: F401
+from ._lib import Loader, TensorInfo, UnshardfsError, UsageError  # noqa: F401
 
-__all__ = ["load", "load_into", "init_empty", "Loader", "UnshardfsError"]
+__all__ = ["load", "load_into", "init_empty", "Loader", "UnshardfsError",
+           "UsageError"]
 
 # Staging for devices other than the CPU: a ring of (pinned) host buffers.
 SLOT_BYTES = 64 << 20
