@@ -77,16 +77,98 @@ static bool only_space_after(const char *end, const char *stop)
 	return true;
 }
 
+/*
+ * What cJSON takes, per allocation: a node is a 64-byte struct in its own
+ * malloc chunk (80 bytes with the chunk header); a string (an object key
+ * or a string value) a chunk of at least 32 bytes.  Numbers, true, false
+ * and null allocate nothing past their node.
+ */
+#define NODE_COST 80u
+#define STR_COST 32u
+
+/* One past the string that opens at @p (a '"'), or @end if unterminated. */
+static const char *string_end(const char *p, const char *end)
+{
+	for (p++; p < end; p++) {
+		if (*p == '\\')
+			p++;
+		else if (*p == '"')
+			return p + 1;
+	}
+	return end;
+}
+
+static const char *skip_ws(const char *p, const char *end)
+{
+	while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+		p++;
+	return p;
+}
+
+/*
+ * What cJSON would allocate to parse @text: one pass that counts values
+ * and strings, without building anything.  It is an estimate within a few
+ * bytes a string (malloc rounding), and it is linear: a 2-byte value
+ * ("0,") costs 40 times its text, so the cost is what must be bounded,
+ * not the length.
+ */
+static size_t parse_cost(const char *text, size_t len)
+{
+	const char *p = text, *end = text + len;
+	size_t cost = 0;
+
+	while (p < end) {
+		char c = *p;
+
+		if (c == '"') {
+			const char *q = string_end(p, end);
+			cost += STR_COST + (size_t)(q - p);
+			p = skip_ws(q, end);
+			if (p == end || *p != ':')
+				cost += NODE_COST; /* a value, not a key */
+			continue;
+		}
+		if (c == '{' || c == '[' || c == '-' || (c >= '0' && c <= '9') ||
+		    c == 't' || c == 'f' || c == 'n') {
+			cost += NODE_COST;
+			/* The rest of a number or literal is not another value. */
+			for (p++; p < end && ((*p >= '0' && *p <= '9') ||
+					      (*p >= 'a' && *p <= 'z') || *p == '.' ||
+					      *p == '+' || *p == '-' || *p == 'E');
+			     p++)
+				;
+			continue;
+		}
+		p++;
+	}
+	return cost;
+}
+
 enum us_status us_json_parse(const char *text, size_t len, cJSON **out,
 			     struct us_err *err)
 {
+	return us_json_parse_budget(text, len, US_JSON_BUDGET(len), out, err);
+}
+
+enum us_status us_json_parse_budget(const char *text, size_t len,
+				    size_t budget, cJSON **out,
+				    struct us_err *err)
+{
 	const char *end = NULL;
 	enum us_status st;
+	size_t cost;
 	cJSON *root;
 
 	*out = NULL;
 	if (!us_utf8_valid((const unsigned char *)text, len))
 		return us_err_reason(err, US_E_FORMAT, "is not valid UTF-8");
+	cost = parse_cost(text, len);
+	if (cost > budget)
+		return us_err_reason(err, US_E_FORMAT,
+				     "would take %zu MiB of memory to parse, over "
+				     "the %zu MiB allowed for %zu bytes of JSON "
+				     "(too many small values)",
+				     cost >> 20, budget >> 20, len);
 	if (has_escaped_nul(text, len))
 		return us_err_reason(err, US_E_FORMAT,
 				     "contains an escaped NUL character");

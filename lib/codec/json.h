@@ -27,6 +27,24 @@
 enum us_status us_json_parse(const char *text, size_t len, cJSON **out,
 			     struct us_err *err);
 
+/*
+ * The memory a parse may take (cJSON's nodes and strings, estimated from
+ * the text before anything is built): us_json_parse allows 32 MiB plus 10
+ * times the text (a real safetensors header takes about 8 times, an index
+ * 3 times); past that the document is refused without being parsed.  A
+ * value of 2 bytes ("0,") would otherwise cost 40 times its text.
+ * US_JSON_TIGHT is for documents that are only lists of names (an https
+ * index, fetched from a server).
+ */
+#define US_JSON_BUDGET(len) (((size_t)32 << 20) + 10 * (size_t)(len))
+#define US_JSON_TIGHT(len) (((size_t)16 << 20) + 4 * (size_t)(len))
+
+/* us_json_parse_budget - us_json_parse with at most @budget bytes for the
+ * tree; over it, US_E_FORMAT and nothing is allocated. */
+enum us_status us_json_parse_budget(const char *text, size_t len,
+				    size_t budget, cJSON **out,
+				    struct us_err *err);
+
 /* us_json_u64 - the exact non-negative integer value of @item. */
 bool us_json_u64(const cJSON *item, uint64_t *out);
 

@@ -56,15 +56,49 @@ enum us_status us_rm_list_add(struct us_rm_list *l, const char *key,
 	return US_OK;
 }
 
-static void take_validators(const struct us_http_resp *p, char *etag,
-			    size_t netag, struct timespec *mtime)
+static bool has_control(const char *s)
 {
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return true;
+	return false;
+}
+
+/*
+ * The object's identity from a reply's ETag and Last-Modified.  Reads
+ * afterwards must be able to tell if the object changed (remote.c sends
+ * If-Match with a strong ETag, else If-Unmodified-Since with the date, and
+ * checks the reply's): with neither, a rewrite at the same size would be
+ * served mixed, so such an object is refused.  A weak ETag ("W/...")
+ * never matches If-Match (RFC 7232 compares strongly there).  An empty
+ * object needs none: no read of it ever reaches the server.  A value
+ * with a control byte is refused: it would go back out in a header.
+ */
+static enum us_status take_validators(const struct us_http_resp *p,
+				      const char *what, uint64_t size, char *etag,
+				      size_t netag, struct timespec *mtime,
+				      struct us_err *err)
+{
+	bool strong = p->etag[0] == '"';
+
+	if (has_control(p->etag) || has_control(p->last_modified))
+		return us_err_set(err, US_E_IO, what, "the server's ETag or "
+				  "Last-Modified holds a control character");
+	if (strlen(p->etag) >= netag)
+		return us_err_set(err, US_E_IO, what, "the ETag is over %zu bytes",
+				  netag - 1);
 	snprintf(etag, netag, "%s", p->etag);
 	mtime->tv_sec = 0;
 	mtime->tv_nsec = 0;
 	/* Unparsable: no date, so no If-Unmodified-Since either. */
 	if (p->last_modified[0] && !us_parse_http_date(p->last_modified, mtime))
 		mtime->tv_sec = 0;
+	if (!strong && mtime->tv_sec == 0 && size > 0)
+		return us_err_set(err, US_E_IO, what,
+				  "the server gives neither ETag nor Last-Modified%s: "
+				  "unshardfs cannot tell if it changes",
+				  p->etag[0] ? " (only a weak ETag)" : "");
+	return US_OK;
 }
 
 static enum us_status status_error(long st, const char *what, const char *m,
@@ -99,9 +133,10 @@ static enum us_status probe_by_range(struct us_http *h, const char *url,
 	enum us_status rc = US_OK;
 
 	if (us_http_do(h, &q, &p) != US_OK) {
-		rc = us_err_set(err, US_E_IO, what, "%s",
-				p.too_long ? "the server does not answer range requests"
-					   : p.transport);
+		rc = us_err_set(err, US_E_IO, what, "%s", p.transport);
+	} else if (p.too_long) {
+		rc = us_err_set(err, US_E_IO, what,
+				"the server does not answer range requests");
 	} else if (p.status == 416 && strcmp(p.content_range, "bytes */0") == 0) {
 		*size = 0;
 	} else if (p.status != 206) {
@@ -113,7 +148,7 @@ static enum us_status probe_by_range(struct us_http *h, const char *url,
 	}
 	*status = p.status;
 	if (rc == US_OK)
-		take_validators(&p, etag, netag, mtime);
+		rc = take_validators(&p, what, *size, etag, netag, mtime, err);
 	us_http_resp_free(&p);
 	return rc;
 }
@@ -146,8 +181,7 @@ enum us_status us_http_head_object(struct us_http *h, const char *url,
 		return us_err_set(err, US_E_IO, what,
 				  "the server sent no valid Content-Length");
 	*size = p.content_length;
-	take_validators(&p, etag, netag, mtime);
-	return US_OK;
+	return take_validators(&p, what, *size, etag, netag, mtime, err);
 }
 
 /* "http://h/a/b/model.safetensors" -> "model.safetensors", decoded. */
@@ -194,7 +228,7 @@ static enum us_status head_into(struct us_http *h, const char *url,
 static bool shard_name_ok(const char *s)
 {
 	return *s && s[0] != '/' && strlen(s) <= US_RM_MAX_KEY &&
-	       !strchr(s, '\\') && us_rel_key_ok(s);
+	       !strchr(s, '\\') && !has_control(s) && us_rel_key_ok(s);
 }
 
 static void names_free(char **v, size_t n)
@@ -204,22 +238,62 @@ static void names_free(char **v, size_t n)
 	free(v);
 }
 
-static bool name_seen(char **v, size_t n, const char *s)
+static int cmp_str(const void *a, const void *b)
 {
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Sort @v and drop its repeats; the count left.  A weight_map names each
+ * shard once per tensor: 10^5 tensors, so n log n, not n^2. */
+static size_t sort_unique(const char **v, size_t n)
+{
+	size_t k = 0;
+
+	if (n)
+		qsort(v, n, sizeof(*v), cmp_str);
 	for (size_t i = 0; i < n; i++)
-		if (strcmp(v[i], s) == 0)
-			return true;
-	return false;
+		if (k == 0 || strcmp(v[k - 1], v[i]) != 0)
+			v[k++] = v[i];
+	return k;
+}
+
+/* The weight_map's values, each checked, as pointers into @wm. */
+static enum us_status shard_values(const cJSON *wm, const char ***out,
+				   size_t *n, struct us_err *err)
+{
+	const char **v = NULL;
+	size_t cnt = 0, cap = 0;
+	const cJSON *it;
+
+	cJSON_ArrayForEach(it, wm) {
+		if (!cJSON_IsString(it) || !shard_name_ok(it->valuestring)) {
+			free(v);
+			return us_err_reason(err, US_E_FORMAT,
+					     "weight_map names an unsafe shard path "
+					     "(absolute, '..', '.' or empty component, "
+					     "or a control character)");
+		}
+		if (US_GROW(v, cap, cnt) != US_OK) {
+			free(v);
+			return us_err_reason(err, US_E_NOMEM, "out of memory");
+		}
+		v[cnt++] = it->valuestring;
+	}
+	*out = v;
+	*n = cnt;
+	return US_OK;
 }
 
 enum us_status us_https_index_names(const char *json, size_t len,
 				    char ***names, size_t *n,
 				    struct us_err *err)
 {
-	cJSON *doc = NULL, *wm, *it;
+	cJSON *doc = NULL, *wm;
+	const char **vals = NULL;
 	char **v = NULL;
-	size_t cnt = 0, cap = 0;
-	enum us_status rc = us_json_parse(json, len, &doc, err);
+	size_t cnt = 0;
+	enum us_status rc = us_json_parse_budget(json, len, US_JSON_TIGHT(len),
+						 &doc, err);
 
 	*names = NULL;
 	*n = 0;
@@ -230,32 +304,29 @@ enum us_status us_https_index_names(const char *json, size_t len,
 		rc = us_err_reason(err, US_E_FORMAT, "has no weight_map object");
 		goto out;
 	}
-	cJSON_ArrayForEach(it, wm) {
-		if (!cJSON_IsString(it) || !shard_name_ok(it->valuestring)) {
-			rc = us_err_reason(err, US_E_FORMAT,
-					   "weight_map names an unsafe shard path "
-					   "(absolute, '..', '.' or empty component)");
-			goto out;
+	rc = shard_values(wm, &vals, &cnt, err);
+	if (rc != US_OK)
+		goto out;
+	cnt = sort_unique(vals, cnt);
+	if (cnt > 100000) {
+		rc = us_err_reason(err, US_E_FORMAT,
+				   "names %zu shards (at most 100000)", cnt);
+		goto out;
+	}
+	v = calloc(cnt ? cnt : 1, sizeof(*v));
+	for (size_t i = 0; v && i < cnt; i++)
+		if (!(v[i] = strdup(vals[i]))) {
+			names_free(v, i);
+			v = NULL;
 		}
-		if (name_seen(v, cnt, it->valuestring))
-			continue; /* a few shards, many tensors: n^2 is fine */
-		if (cnt >= 100000 || US_GROW(v, cap, cnt) != US_OK) {
-			rc = us_err_reason(err, US_E_NOMEM, "too many shards");
-			goto out;
-		}
-		v[cnt] = strdup(it->valuestring);
-		if (!v[cnt]) {
-			rc = us_err_reason(err, US_E_NOMEM, "out of memory");
-			goto out;
-		}
-		cnt++;
+	if (!v) {
+		rc = us_err_reason(err, US_E_NOMEM, "out of memory");
+		goto out;
 	}
 	*names = v;
 	*n = cnt;
-	v = NULL;
 out:
-	if (v)
-		names_free(v, cnt);
+	free(vals);
 	cJSON_Delete(doc);
 	return rc;
 }
@@ -277,12 +348,22 @@ static enum us_status get_body(struct us_http *h, const char *url,
 	return US_OK;
 }
 
-static bool listed(const struct us_rm_list *l, const char *key)
+/* The keys listed so far, sorted, for listed(): a second index's 10^5
+ * shards are looked up in the first's by bsearch, not one by one. */
+static const char **sorted_keys(const struct us_rm_list *l)
 {
-	for (size_t i = 0; i < l->n; i++)
-		if (strcmp(l->o[i].pub.key, key) == 0)
-			return true;
-	return false;
+	const char **k = malloc((l->n ? l->n : 1) * sizeof(*k));
+
+	for (size_t i = 0; k && i < l->n; i++)
+		k[i] = l->o[i].pub.key;
+	if (k && l->n)
+		qsort(k, l->n, sizeof(*k), cmp_str);
+	return k;
+}
+
+static bool listed(const char **keys, size_t n, const char *key)
+{
+	return bsearch(&key, keys, n, sizeof(*keys), cmp_str) != NULL;
 }
 
 /* GET the index at @url (already listed) and HEAD each of its shards. */
@@ -293,7 +374,8 @@ static enum us_status add_shards(struct us_http *h, const char *base,
 	struct us_http_resp p;
 	struct us_err why = { 0 };
 	char **names = NULL, *su = NULL, *enc;
-	size_t n = 0;
+	const char **keys = NULL;
+	size_t n = 0, nkeys = l->n;
 	enum us_status rc = get_body(h, url, &p, err);
 
 	if (rc != US_OK)
@@ -303,8 +385,15 @@ static enum us_status add_shards(struct us_http *h, const char *base,
 		us_err_set(err, rc, url, "%s", why.msg);
 		goto out;
 	}
+	/* Shards are distinct (us_https_index_names): only the names listed
+	 * before this index can repeat one. */
+	keys = sorted_keys(l);
+	if (!keys) {
+		rc = us_err_set(err, US_E_NOMEM, url, "out of memory");
+		goto out;
+	}
 	for (size_t i = 0; i < n && rc == US_OK; i++) {
-		if (listed(l, names[i]))
+		if (listed(keys, nkeys, names[i]))
 			continue;
 		enc = us_uri_encode(names[i], strlen(names[i]), true);
 		if (!enc || asprintf(&su, "%s%s", base, enc) < 0) {
@@ -317,6 +406,7 @@ static enum us_status add_shards(struct us_http *h, const char *base,
 		free(su);
 	}
 out:
+	free(keys);
 	names_free(names, n);
 	us_http_resp_free(&p);
 	return rc;

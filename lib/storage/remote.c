@@ -562,13 +562,24 @@ static const char *range_reply_bad(const struct us_rm_object *o,
 				   size_t len, char *why, size_t nwhy)
 {
 	uint64_t s, e, total;
+	struct timespec lm;
 
 	if (p->status == 412)
 		return "the object changed since open (HTTP 412 to the precondition)";
+	if (p->too_long)
+		return "the response is longer than asked for";
 	/* A changed ETag in the reply is a changed object, If-Match or not. */
 	if ((p->status == 200 || p->status == 206) && p->etag[0] &&
 	    o->pub.etag[0] && strcmp(p->etag, o->pub.etag) != 0)
 		return "the object changed since open (another ETag)";
+	/* Without a strong ETag the recorded date is the identity, sent as
+	 * If-Unmodified-Since, which a server may ignore: a reply's own
+	 * Last-Modified must still be that date. */
+	if ((p->status == 200 || p->status == 206) && !o->strong_etag &&
+	    o->pub.mtime.tv_sec && p->last_modified[0] &&
+	    (!us_parse_http_date(p->last_modified, &lm) ||
+	     lm.tv_sec != o->pub.mtime.tv_sec))
+		return "the object changed since open (another Last-Modified)";
 	if (p->status == 200) { /* Range ignored: only the whole object will do */
 		if (start == 0 && len == o->pub.size && p->len == len &&
 		    (!p->has_length || p->content_length == o->pub.size))

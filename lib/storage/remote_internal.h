@@ -303,8 +303,10 @@ bool us_bcache_has(struct us_bcache *c, size_t obj, uint64_t blk);
 
 struct us_dcache;
 
-/* us_dcache_open - the block cache in @dir (created if absent), bounded by
- * @bytes; one line in @err when it cannot be created or used. */
+/* us_dcache_open - the block cache in @dir (created 0700 if absent), bounded
+ * by @bytes (block files, headers included); one line in @err when it cannot
+ * be created or used (US_E_USAGE), or is another user's or writable by group
+ * or others (US_E_IO: refused, others could plant blocks). */
 enum us_status us_dcache_open(const char *dir, uint64_t bytes,
 			      struct us_dcache **out, struct us_err *err);
 void us_dcache_free(struct us_dcache *d);
@@ -312,12 +314,15 @@ void us_dcache_free(struct us_dcache *d);
  * (endpoint, bucket, key, ETag, block size, block index); @out has 65 bytes. */
 void us_dcache_name(const char *store, const char *key, const char *etag,
 		    uint64_t block_size, uint64_t blk, char out[65]);
-/* us_dcache_get - read block @name into @buf: true only when the file holds
- * exactly @len bytes. */
+/* us_dcache_get - read block @name into @buf: true only when its file is a
+ * regular file of ours nobody else can write, holding @len bytes whose
+ * checksum (keyed by @name) matches.  Anything else is a miss (a bad file of
+ * ours removed); @buf's bytes are then undefined. */
 bool us_dcache_get(struct us_dcache *d, const char *name, char *buf,
 		   size_t len);
-/* us_dcache_put - store @buf under @name (temp file + rename), then evict
- * oldest-first past the bound.  Failures only cost the cache. */
+/* us_dcache_put - store @buf under @name with its checksum (temp file 0600
+ * + rename), then evict oldest-first past the bound.  Failures only cost
+ * the cache. */
 void us_dcache_put(struct us_dcache *d, const char *name, const char *buf,
 		   size_t len);
 

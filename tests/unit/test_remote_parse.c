@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "codec/json.h"
 #include "storage/remote_internal.h"
 #include "tmpdir.h"
 
@@ -352,6 +353,100 @@ static void check_list_pages(void)
 	free(doc);
 }
 
+/* Issue 28: control bytes, markup that is not an element, malformed
+ * documents, the key budget, the JSON cost budget. */
+static void check_hostile_listings(void)
+{
+	const char *rec = "<Size>1</Size><ETag>\"e\"</ETag>"
+			  "<LastModified>2024-01-01T00:00:00Z</LastModified></Contents>";
+	const char *bad[] = {
+		"<Contents><Key>p/a</Key><Size>1</Size><ETag>\"e\"&#13;&#10;X: 1</ETag>"
+		"<LastModified>2024-01-01T00:00:00Z</LastModified></Contents>",
+		"<Contents><Key>p/a&#27;b</Key>%s",
+		"<Contents><Key>p/a&#127;</Key>%s",
+		"<Contents><Key>p/a\tb</Key>%s",
+		"<Contents note=\"<Key>\"><Key>p/a</Key>%s",
+		"<![CDATA[x]]><Contents><Key>p/a</Key>%s",
+		"<Contents><Key>p/a</Key><Key>p/b</Key>%s",
+		"<Contents><Key>p/<!-- c -->a</Key>%s",
+		"<Contents><Key>p/a</Key>%s</Contents>",
+		"<Contents><Key>p/a</Key>%s<!-- open",
+		"<Contents><Key>p/a</Key>%s<Other>",
+	};
+	char doc[2048];
+	struct us_err err = { 0 };
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct us_list_page pg = { 0 };
+		const char *at = strstr(bad[i], "%s");
+		int k = at ? (int)(at - bad[i]) : (int)strlen(bad[i]);
+		snprintf(doc, sizeof(doc), PAGE_HEAD "%.*s%s%s</ListBucketResult>", k,
+			 bad[i], at ? rec : "", at ? at + 2 : "");
+		enum us_status rc = us_s3_parse_list(doc, strlen(doc), &pg, 10, &err);
+		if (rc != US_E_FORMAT)
+			fprintf(stderr, "hostile[%zu] accepted\n", i);
+		CHECK(rc == US_E_FORMAT && !strpbrk(err.msg, "\r\n\x1b"));
+		us_list_page_free(&pg);
+	}
+	/* The refused key is named, escaped. */
+	struct us_list_page pg = { 0 };
+	snprintf(doc, sizeof(doc), PAGE_HEAD "<Contents><Key>p/a&#27;b</Key>%s"
+		 "</ListBucketResult>", rec);
+	CHECK(us_s3_parse_list(doc, strlen(doc), &pg, 10, &err) == US_E_FORMAT);
+	CHECK(strstr(err.msg, "p/a\\x1bb") != NULL);
+	/* Comments, PIs and attributes with '>' hide nothing and add nothing. */
+	snprintf(doc, sizeof(doc), PAGE_HEAD "<!-- <Contents><Key>p/ghost</Key>%s -->"
+		 "<?pi <Contents><Key>p/pi</Key>%s?><Contents a=\"x>y\">"
+		 "<Key>p/real</Key><!-- <Key>p/other</Key> -->%s</ListBucketResult>"
+		 "<!-- after -->", rec, rec, rec);
+	CHECK(us_s3_parse_list(doc, strlen(doc), &pg, 10, &err) == US_OK);
+	CHECK(pg.n == 1 && strcmp(pg.e[0].key, "p/real") == 0);
+	us_list_page_free(&pg);
+	/* The budget on key text: 64 MiB counted as encoded length + 128. */
+	size_t per = 1000, kn = 1000;
+	char *big = malloc(per * (kn + 200) + 512), *w = big;
+	w += sprintf(w, PAGE_HEAD);
+	for (size_t i = 0; i < per; i++) {
+		w += sprintf(w, "<Contents><Key>");
+		memset(w, 'k', kn);
+		w += kn;
+		w += sprintf(w, "%06zu</Key>%s", i, rec);
+	}
+	sprintf(w, "</ListBucketResult>");
+	enum us_status rc = US_OK;
+	size_t pages = 0;
+	while (rc == US_OK && pages < 100) {
+		rc = us_s3_parse_list(big, strlen(big), &pg, 1000000, &err);
+		pages++;
+	}
+	CHECK(rc == US_E_FORMAT && strstr(err.msg, "over 64 MiB"));
+	CHECK(pages > 50 && pages < 70);
+	us_list_page_free(&pg);
+	free(big);
+}
+
+static void check_json_budget(void)
+{
+	size_t n = 4u << 20;
+	char *t = malloc(2 * n + 2);
+	cJSON *doc;
+	struct us_err err = { 0 };
+
+	t[0] = '[';
+	for (size_t i = 0; i < n; i++)
+		memcpy(t + 1 + 2 * i, i + 1 < n ? "0," : "0]", 2);
+	/* 4 Mi values of 2 bytes: 320 MiB of nodes for 8 MiB of text. */
+	CHECK(us_json_parse(t, 2 * n + 1, &doc, &err) == US_E_FORMAT && !doc);
+	CHECK(strstr(err.msg, "MiB of memory to parse") != NULL);
+	CHECK(us_json_parse_budget(t, 201, US_JSON_TIGHT(201), &doc, &err) ==
+	      US_E_FORMAT); /* cut: not JSON, but within budget */
+	t[200] = ']';
+	CHECK(us_json_parse_budget(t, 201, 100 * 80 + 64, &doc, &err) == US_OK);
+	cJSON_Delete(doc);
+	CHECK(us_json_parse_budget(t, 201, 99 * 80, &doc, &err) == US_E_FORMAT);
+	free(t);
+}
+
 static void check_error_bodies(void)
 {
 	char code[64], msg[128];
@@ -555,6 +650,81 @@ static void check_block_cache(void)
 	us_bcache_free(c);
 }
 
+/* The file of block @name in @dir, in @out. */
+static const char *dc_path(const char *dir, const char *name, char out[600])
+{
+	snprintf(out, 600, "%s/%s", dir, name);
+	return out;
+}
+
+/* Flip byte @off of file @path (its size unchanged). */
+static void dc_flip(const char *path, long off)
+{
+	FILE *f = fopen(path, "r+b");
+	int c;
+
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	fseek(f, off, SEEK_SET);
+	c = fgetc(f);
+	fseek(f, off, SEEK_SET);
+	fputc(c ^ 0xff, f);
+	fclose(f);
+}
+
+/* What --cache-dir trusts: nothing it reads (docs/remote.md).  @sub holds
+ * the 40-byte blocks @n1 and @n3, both good. */
+static void check_disk_cache_trust(const char *sub, const char *n1,
+				   const char *n3)
+{
+	const char *data = "0123456789012345678901234567890123456789";
+	char p[600], buf[64], open_dir[600];
+	struct us_dcache *d;
+	struct us_err err = { 0 };
+	struct stat st;
+
+	CHECK(stat(sub, &st) == 0 && (st.st_mode & 0777) == 0700);
+	CHECK(stat(dc_path(sub, n3, p), &st) == 0 &&
+	      (st.st_mode & 0777) == 0600 && st.st_size == 88);
+	CHECK(us_dcache_open(sub, 1000, &d, &err) == US_OK);
+	/* a payload byte changed, size kept: a miss, and the file removed */
+	dc_flip(dc_path(sub, n3, p), 60);
+	CHECK(!us_dcache_get(d, n3, buf, 40) && access(p, F_OK) != 0);
+	/* a header byte (the version) changed: a miss */
+	us_dcache_put(d, n3, data, 40);
+	CHECK(us_dcache_get(d, n3, buf, 40) && memcmp(buf, data, 40) == 0);
+	dc_flip(p, 4);
+	CHECK(!us_dcache_get(d, n3, buf, 40));
+	/* good bytes under another block's name: a miss (keyed by the name) */
+	us_dcache_put(d, n1, data, 40);
+	char p1[600];
+	CHECK(link(dc_path(sub, n1, p1), p) == 0);
+	CHECK(!us_dcache_get(d, n3, buf, 40) && us_dcache_get(d, n1, buf, 40));
+	/* writable by others: not served */
+	CHECK(chmod(p1, 0666) == 0 && !us_dcache_get(d, n1, buf, 40));
+	/* a FIFO: a miss at once, not a read that waits for a writer */
+	unlink(p);
+	CHECK(mkfifo(p, 0600) == 0 && !us_dcache_get(d, n3, buf, 40));
+	CHECK(access(p, F_OK) != 0); /* ours: removed */
+	/* the old format (the bare 40 bytes): a miss */
+	CHECK(tmpdir_write(sub, n3, data, 40) == 0 &&
+	      !us_dcache_get(d, n3, buf, 40));
+	us_dcache_free(d);
+	/* a directory group or others can write: refused, one line naming it */
+	snprintf(open_dir, sizeof(open_dir), "%s/open", sub);
+	CHECK(mkdir(open_dir, 0700) == 0 && chmod(open_dir, 0777) == 0);
+	CHECK(us_dcache_open(open_dir, 100, &d, &err) == US_E_IO);
+	CHECK(strstr(err.msg, open_dir) == err.msg &&
+	      strstr(err.msg, "writable by others") && !strchr(err.msg, '\n'));
+	CHECK(chmod(open_dir, 0770) == 0 &&
+	      us_dcache_open(open_dir, 100, &d, &err) == US_E_IO &&
+	      strstr(err.msg, "writable by its group"));
+	CHECK(chmod(open_dir, 0755) == 0 &&
+	      us_dcache_open(open_dir, 100, &d, &err) == US_OK);
+	us_dcache_free(d);
+}
+
 static void check_disk_cache(void)
 {
 	const char *dir = tmpdir_new();
@@ -563,7 +733,8 @@ static void check_disk_cache(void)
 	struct us_err err = { 0 };
 
 	snprintf(sub, sizeof(sub), "%s/a/b", dir);
-	CHECK(us_dcache_open(sub, 100, &d, &err) == US_OK);
+	/* a 40-byte block takes 88 bytes on disk (its 48-byte header) */
+	CHECK(us_dcache_open(sub, 250, &d, &err) == US_OK);
 	us_dcache_name("", "http://h/b/k", "\"e1\"", 8, 0, n1);
 	us_dcache_name("", "http://h/b/k", "\"e2\"", 8, 0, n2);
 	us_dcache_name("", "http://h/b/k", "\"e1\"", 8, 1, n3);
@@ -572,17 +743,20 @@ static void check_disk_cache(void)
 	us_dcache_put(d, n1, "0123456789012345678901234567890123456789", 40);
 	CHECK(us_dcache_get(d, n1, buf, 40) && memcmp(buf, "0123456789", 10) == 0);
 	CHECK(!us_dcache_get(d, n1, buf, 39)); /* the length is checked */
+	CHECK(!us_dcache_get(d, n1, buf, 40)); /* a file of ours that fails it: gone */
+	us_dcache_put(d, n1, "0123456789012345678901234567890123456789", 40);
 	us_dcache_put(d, n2, buf, 40);
 	usleep(20000);
 	CHECK(us_dcache_get(d, n1, buf, 40)); /* n1 now the most recent */
-	us_dcache_put(d, n3, buf, 40);        /* 120 > 100: the oldest (n2) goes */
+	us_dcache_put(d, n3, buf, 40);        /* 264 > 250: the oldest (n2) goes */
 	CHECK(us_dcache_get(d, n1, buf, 40) && us_dcache_get(d, n3, buf, 40) &&
 	      !us_dcache_get(d, n2, buf, 40));
 	us_dcache_free(d);
 	/* Reopened: the blocks are still there (and counted). */
-	CHECK(us_dcache_open(sub, 100, &d, &err) == US_OK);
+	CHECK(us_dcache_open(sub, 250, &d, &err) == US_OK);
 	CHECK(us_dcache_get(d, n3, buf, 40));
 	us_dcache_free(d);
+	check_disk_cache_trust(sub, n1, n3);
 	/* A cache dir under a file cannot be created: one line. */
 	char file[600];
 	snprintf(file, sizeof(file), "%s/f", dir);
@@ -600,6 +774,8 @@ int main(void)
 	RUN(check_encoding);
 	RUN(check_creds);
 	RUN(check_list_pages);
+	RUN(check_hostile_listings);
+	RUN(check_json_budget);
 	RUN(check_error_bodies);
 	RUN(check_dates_and_ranges);
 	RUN(check_sigv4);
