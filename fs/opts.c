@@ -128,7 +128,7 @@ void us_opts_usage(FILE *out)
 "    --connections=N        parallel requests, 1 to 256 (default: 16)\n"
 "    --retries=N            retries of a failed request, then EIO, 1 to 100\n"
 "                           (default: 5)\n"
-"    --timeout=S            seconds one request may take, 1 to 3600\n"
+"    --timeout=S            seconds each try of a request may take, 1 to 3600\n"
 "                           (default: 30)\n"
 "\n"
 "export options:\n"
