@@ -573,10 +573,15 @@ static const char *range_reply_bad(const struct us_rm_object *o,
 	    o->pub.etag[0] && strcmp(p->etag, o->pub.etag) != 0)
 		return "the object changed since open (another ETag)";
 	/* Without a strong ETag the recorded date is the identity, sent as
-	 * If-Unmodified-Since, which a server may ignore: a reply's own
-	 * Last-Modified must still be that date. */
+	 * If-Unmodified-Since, which a server may ignore: a reply must carry
+	 * its own Last-Modified, and it must still be that date (a reply
+	 * without one could be any version). */
 	if ((p->status == 200 || p->status == 206) && !o->strong_etag &&
-	    o->pub.mtime.tv_sec && p->last_modified[0] &&
+	    o->pub.mtime.tv_sec && !p->last_modified[0])
+		return "the reply has no Last-Modified (the object has no "
+		       "ETag: without one, its version cannot be checked)";
+	if ((p->status == 200 || p->status == 206) && !o->strong_etag &&
+	    o->pub.mtime.tv_sec &&
 	    (!us_parse_http_date(p->last_modified, &lm) ||
 	     lm.tv_sec != o->pub.mtime.tv_sec))
 		return "the object changed since open (another Last-Modified)";

@@ -216,3 +216,27 @@ def test_a_long_path_stays_in_the_refusal(tmp_path):
     (d / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{bad json")
     path, why = refuse(str(d / "model.safetensors"))
     assert "model.safetensors" in path or "model.safetensors" in why, (path, why)
+
+
+def test_without_an_etag_every_reply_must_carry_the_recorded_date():
+    """An object known only by its Last-Modified: a range reply without one could be
+    any version (the server may ignore If-Unmodified-Since), so it is EIO."""
+    data, _ = st_bytes(1 << 20)
+
+    def no_date(h):
+        rng = h.headers.get("Range", "")
+        if not rng:
+            return False
+        a_, b_ = (int(x) for x in rng[6:].split("-"))
+        if b_ - a_ < 65536:
+            return False  # the header, at mount: served with its date
+        return h.answer(206, data[a_:b_ + 1], [
+            ("Content-Range", "bytes %d-%d/%d" % (a_, min(b_, len(data) - 1), len(data)))])
+
+    with Hostile() as a:
+        a.put("/model.safetensors", data, etag=None)
+        a.on("/model.safetensors", no_date)
+        with mount(a.url + "/model.safetensors", "--retries=1",
+                   "--block-size=256K") as mnt:
+            rc, secs, err = read_in_child(os.path.join(mnt, "tensors", "w"), timeout=60)
+        assert rc == 3 and err.strip() == "5", (rc, err)

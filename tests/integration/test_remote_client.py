@@ -470,7 +470,7 @@ class Faulty(http.server.BaseHTTPRequestHandler):
         cr = "bytes %d-%d/%d" % (a, b, len(body))
         if fault == "badrange":
             cr = "bytes %d-%d/%d" % (a, b, len(body) + 1)
-        self._head(206, len(part), [*self._validators(body)[:-1], ("Content-Range", cr)])
+        self._head(206, len(part), [*self._validators(body), ("Content-Range", cr)])
         if fault == "short":
             self.wfile.write(part[:len(part) // 2])
             self.wfile.flush()
