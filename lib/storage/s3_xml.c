@@ -2,13 +2,10 @@
  * s3_xml.c - the few XML documents S3 sends us (ListObjectsV2 pages, error
  * bodies), HTTP dates and Content-Range.
  *
- * Not a general XML parser: a bounded tokenizer that first checks the whole
- * document is one well-formed element (comments and processing
- * instructions skipped, CDATA and DOCTYPE refused, attribute values read
- * as values), then walks the direct children of the elements it needs.
- * That is enough because these documents are flat records of text
- * elements, and it keeps every access inside [p, end): nothing is trusted
- * to be NUL-terminated, no length is trusted at all.
+ * The XML is read by xml.c's bounded scanner (xml.h): a whole document is
+ * checked well-formed before any of it is read, then only the direct
+ * children of the elements needed are walked.  That is enough because
+ * these documents are flat records of text elements.
  */
 #include "remote_internal.h"
 
@@ -19,422 +16,7 @@
 #include <string.h>
 
 #include "../grow.h"
-
-/* A span of the document. */
-struct span {
-	const char *p, *end;
-};
-
-/* Nesting deeper than this is refused: S3's documents are three deep. */
-#define XML_MAX_DEPTH 16
-
-enum tok_kind {
-	T_END,   /* the span is used up */
-	T_TEXT,  /* character data, up to the next '<' */
-	T_SKIP,  /* a comment or a processing instruction */
-	T_OPEN,  /* <name attr="v" ...> */
-	T_EMPTY, /* <name .../> */
-	T_CLOSE, /* </name> */
-	T_BAD,   /* malformed: why says how */
-};
-
-struct tok {
-	enum tok_kind kind;
-	struct span name; /* T_OPEN, T_EMPTY, T_CLOSE */
-	const char *why;  /* T_BAD */
-};
-
-static const char *find_mem(const char *p, const char *end, const char *s)
-{
-	size_t n = strlen(s);
-
-	while ((size_t)(end - p) >= n) {
-		const char *q = memchr(p, s[0], (size_t)(end - p) - n + 1);
-		if (!q)
-			return NULL;
-		if (memcmp(q, s, n) == 0)
-			return q;
-		p = q + 1;
-	}
-	return NULL;
-}
-
-static bool has_prefix(const char *p, const char *end, const char *s)
-{
-	size_t n = strlen(s);
-
-	return (size_t)(end - p) >= n && memcmp(p, s, n) == 0;
-}
-
-static bool is_space(char c)
-{
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
-
-/* XML's NameChar, for the ASCII range; any byte of a UTF-8 sequence is
- * taken as a name character (S3's names are ASCII). */
-static bool is_name_char(char c, bool first)
-{
-	unsigned char u = (unsigned char)c;
-
-	if ((u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') || u == '_' ||
-	    u == ':' || u >= 0x80)
-		return true;
-	return !first && ((u >= '0' && u <= '9') || u == '-' || u == '.');
-}
-
-static bool take_name(struct span *s, struct span *name)
-{
-	name->p = s->p;
-	if (s->p == s->end || !is_name_char(*s->p, true))
-		return false;
-	while (s->p < s->end && is_name_char(*s->p, false))
-		s->p++;
-	name->end = s->p;
-	return true;
-}
-
-static void skip_space(struct span *s)
-{
-	while (s->p < s->end && is_space(*s->p))
-		s->p++;
-}
-
-static enum tok_kind bad(struct tok *t, const char *why)
-{
-	t->why = why;
-	return t->kind = T_BAD;
-}
-
-/* One attribute, name="value" or name='value', at s->p.  A '>' inside the
- * value is text: scanning for the tag's end must not stop there. */
-static bool take_attr(struct span *s)
-{
-	struct span name;
-	const char *close;
-
-	if (!take_name(s, &name))
-		return false;
-	skip_space(s);
-	if (s->p == s->end || *s->p != '=')
-		return false;
-	s->p++;
-	skip_space(s);
-	if (s->p == s->end || (*s->p != '"' && *s->p != '\''))
-		return false;
-	close = memchr(s->p + 1, *s->p, (size_t)(s->end - s->p - 1));
-	if (!close || memchr(s->p + 1, '<', (size_t)(close - s->p - 1)))
-		return false;
-	s->p = close + 1;
-	return true;
-}
-
-/* The rest of a start tag, after its name: attributes, then '>' or '/>'. */
-static enum tok_kind start_tag(struct span *s, struct tok *t)
-{
-	for (;;) {
-		const char *before = s->p;
-
-		skip_space(s);
-		if (s->p == s->end)
-			return bad(t, "a tag is not closed");
-		if (*s->p == '>') {
-			s->p++;
-			return t->kind = T_OPEN;
-		}
-		if (s->end - s->p >= 2 && s->p[0] == '/' && s->p[1] == '>') {
-			s->p += 2;
-			return t->kind = T_EMPTY;
-		}
-		if (s->p == before || !take_attr(s))
-			return bad(t, "a tag has a malformed attribute");
-	}
-}
-
-/* Markup that is not an element: comments and processing instructions are
- * skipped whole (a <Key> inside one is not a key); CDATA and DOCTYPE are
- * refused, S3 never sends them and a DOCTYPE could declare entities. */
-static enum tok_kind special(struct span *s, struct tok *t)
-{
-	const char *e;
-
-	if (has_prefix(s->p, s->end, "<!--")) {
-		e = find_mem(s->p + 4, s->end, "-->");
-		if (!e)
-			return bad(t, "a comment is not closed");
-		s->p = e + 3;
-		return t->kind = T_SKIP;
-	}
-	if (has_prefix(s->p, s->end, "<?")) {
-		e = find_mem(s->p + 2, s->end, "?>");
-		if (!e)
-			return bad(t, "a processing instruction is not closed");
-		s->p = e + 2;
-		return t->kind = T_SKIP;
-	}
-	if (has_prefix(s->p, s->end, "<![CDATA["))
-		return bad(t, "it has a CDATA section");
-	return bad(t, "it has a DOCTYPE or other declaration");
-}
-
-/* The token at s->p; s->p moves past it. */
-static enum tok_kind next_tok(struct span *s, struct tok *t)
-{
-	if (s->p == s->end)
-		return t->kind = T_END;
-	if (*s->p != '<') {
-		const char *lt = memchr(s->p, '<', (size_t)(s->end - s->p));
-		s->p = lt ? lt : s->end;
-		return t->kind = T_TEXT;
-	}
-	if (s->end - s->p >= 2 && (s->p[1] == '!' || s->p[1] == '?'))
-		return special(s, t);
-	if (s->end - s->p >= 2 && s->p[1] == '/') {
-		s->p += 2;
-		if (!take_name(s, &t->name))
-			return bad(t, "an end tag has no name");
-		skip_space(s);
-		if (s->p == s->end || *s->p != '>')
-			return bad(t, "an end tag is not closed");
-		s->p++;
-		return t->kind = T_CLOSE;
-	}
-	s->p++;
-	if (!take_name(s, &t->name))
-		return bad(t, "a '<' does not start a tag");
-	return start_tag(s, t);
-}
-
-static bool name_is(struct span n, const char *s)
-{
-	size_t len = strlen(s);
-
-	return (size_t)(n.end - n.p) == len && memcmp(n.p, s, len) == 0;
-}
-
-static bool same_name(struct span a, struct span b)
-{
-	return a.end - a.p == b.end - b.p &&
-	       memcmp(a.p, b.p, (size_t)(a.end - a.p)) == 0;
-}
-
-static bool all_space(const char *p, const char *end)
-{
-	for (; p < end; p++)
-		if (!is_space(*p))
-			return false;
-	return true;
-}
-
-/*
- * Is @doc one well-formed element (with only comments, processing
- * instructions and space around it, tags balanced and named alike, at
- * most XML_MAX_DEPTH deep)?  Its name and content in *@name and *@body;
- * otherwise false with the reason in *@why.  Checking the whole document
- * before reading any of it means a malformed one is refused, never read
- * up to where it breaks.
- */
-static bool xml_root(struct span doc, struct span *name, struct span *body,
-		     const char **why)
-{
-	struct span stack[XML_MAX_DEPTH], s = doc;
-	size_t depth = 0;
-	bool seen = false;
-	struct tok t;
-
-	for (;;) {
-		const char *at = s.p;
-
-		switch (next_tok(&s, &t)) {
-		case T_END:
-			*why = depth ? "it ends inside an element" : "it has no element";
-			return seen && !depth;
-		case T_BAD:
-			*why = t.why;
-			return false;
-		case T_SKIP:
-			break;
-		case T_TEXT:
-			if (!depth && !all_space(at, s.p)) {
-				*why = "it has text outside its element";
-				return false;
-			}
-			break;
-		case T_OPEN:
-		case T_EMPTY:
-			if (!depth && seen) {
-				*why = "it has more than one top element";
-				return false;
-			}
-			if (!depth) {
-				seen = true;
-				*name = t.name;
-				body->p = body->end = s.p;
-			}
-			if (t.kind == T_EMPTY)
-				break;
-			if (depth == XML_MAX_DEPTH) {
-				*why = "it nests too deeply";
-				return false;
-			}
-			stack[depth++] = t.name;
-			break;
-		case T_CLOSE:
-			if (!depth || !same_name(stack[depth - 1], t.name)) {
-				*why = "an end tag does not match its start tag";
-				return false;
-			}
-			if (--depth == 0)
-				body->end = at;
-			break;
-		}
-	}
-}
-
-/*
- * The next child element of @in (a well-formed element's content, as
- * xml_root found it): its name and content, in->p moved past it.  Text,
- * comments and processing instructions between children are skipped;
- * descendants deeper down are not children.  False at the end.
- */
-static bool next_child(struct span *in, struct span *name, struct span *out)
-{
-	struct tok t;
-	size_t depth = 0;
-
-	for (;;) {
-		const char *at = in->p;
-
-		switch (next_tok(in, &t)) {
-		case T_END:
-		case T_BAD:
-			return false;
-		case T_TEXT:
-		case T_SKIP:
-			break;
-		case T_EMPTY:
-			if (!depth) {
-				*name = t.name;
-				out->p = out->end = in->p;
-				return true;
-			}
-			break;
-		case T_OPEN:
-			if (!depth++) {
-				*name = t.name;
-				out->p = in->p;
-			}
-			break;
-		case T_CLOSE:
-			if (!depth)
-				return false; /* not inside a checked element */
-			if (!--depth) {
-				out->end = at;
-				return true;
-			}
-			break;
-		}
-	}
-}
-
-/* Append the UTF-8 of code point @cp at *@o. */
-static bool put_utf8(char **o, unsigned long cp)
-{
-	unsigned char *u = (unsigned char *)*o;
-
-	if (cp == 0 || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-		return false;
-	if (cp < 0x80) {
-		*u++ = (unsigned char)cp;
-	} else if (cp < 0x800) {
-		*u++ = (unsigned char)(0xC0 | cp >> 6);
-		*u++ = (unsigned char)(0x80 | (cp & 0x3F));
-	} else if (cp < 0x10000) {
-		*u++ = (unsigned char)(0xE0 | cp >> 12);
-		*u++ = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-		*u++ = (unsigned char)(0x80 | (cp & 0x3F));
-	} else {
-		*u++ = (unsigned char)(0xF0 | cp >> 18);
-		*u++ = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-		*u++ = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-		*u++ = (unsigned char)(0x80 | (cp & 0x3F));
-	}
-	*o = (char *)u;
-	return true;
-}
-
-/* Decode the numeric reference "#123" / "#x7B" of @n bytes. */
-static bool char_ref(const char *s, size_t n, unsigned long *cp)
-{
-	bool hexa = n > 1 && (s[1] == 'x' || s[1] == 'X');
-	size_t i = hexa ? 2 : 1;
-	unsigned long v = 0;
-
-	if (i >= n || n - i > 8)
-		return false;
-	for (; i < n; i++) {
-		int d;
-		char c = s[i];
-		if (c >= '0' && c <= '9')
-			d = c - '0';
-		else if (hexa && c >= 'a' && c <= 'f')
-			d = c - 'a' + 10;
-		else if (hexa && c >= 'A' && c <= 'F')
-			d = c - 'A' + 10;
-		else
-			return false;
-		v = v * (hexa ? 16 : 10) + (unsigned long)d;
-	}
-	*cp = v;
-	return true;
-}
-
-char *us_xml_decode(const char *s, size_t n)
-{
-	static const struct { const char *name; char c; } ents[] = {
-		{ "amp", '&' }, { "lt", '<' }, { "gt", '>' },
-		{ "quot", '"' }, { "apos", '\'' },
-	};
-	/* A reference never decodes longer than itself ("&#1;" is 4 bytes,
-	 * at most 1 of UTF-8; "&#x10FFFF;" 10 for 4). */
-	char *out = malloc(n + 1), *o = out;
-
-	if (!out)
-		return NULL;
-	for (size_t i = 0; i < n; i++) {
-		if (s[i] == '\0')
-			goto bad;
-		if (s[i] != '&') {
-			*o++ = s[i];
-			continue;
-		}
-		const char *semi = memchr(s + i, ';', n - i);
-		if (!semi || semi - (s + i) > 12)
-			goto bad;
-		const char *name = s + i + 1;
-		size_t nl = (size_t)(semi - name);
-		unsigned long cp;
-		bool ok = false;
-		if (nl && name[0] == '#') {
-			ok = char_ref(name, nl, &cp) && put_utf8(&o, cp);
-		} else {
-			for (size_t k = 0; k < sizeof(ents) / sizeof(ents[0]); k++)
-				if (strlen(ents[k].name) == nl &&
-				    memcmp(ents[k].name, name, nl) == 0) {
-					*o++ = ents[k].c;
-					ok = true;
-				}
-		}
-		if (!ok)
-			goto bad;
-		i = (size_t)(semi - s);
-	}
-	*o = '\0';
-	return out;
-bad:
-	free(out);
-	return NULL;
-}
+#include "xml.h"
 
 static bool digits(const char *s, size_t n, int *v)
 {
@@ -579,7 +161,7 @@ static void escape_text(const char *s, char *out, size_t n)
 /* The text of a leaf element's content @v, decoded, at most @max bytes and
  * without control bytes, malloc'd.  Markup inside (a child, a comment) is
  * refused: S3 sends none, and reading around it would be guessing. */
-static enum us_status text_of(struct span v, size_t max, char **out)
+static enum us_status text_of(struct us_xml_span v, size_t max, char **out)
 {
 	size_t n = (size_t)(v.end - v.p);
 
@@ -668,14 +250,14 @@ static enum us_status keep_text(const struct us_list_page *pg,
 
 /* The elements of one <Contents> record we read; each at most once. */
 struct record {
-	struct span key, size, etag, date;
+	struct us_xml_span key, size, etag, date;
 	bool has_key, has_size, has_etag, has_date;
 };
 
-static bool take_field(struct span name, struct span v, const char *tag,
-		       struct span *to, bool *has, bool *dup)
+static bool take_field(struct us_xml_span name, struct us_xml_span v, const char *tag,
+		       struct us_xml_span *to, bool *has, bool *dup)
 {
-	if (!name_is(name, tag))
+	if (!us_xml_name_is(name, tag))
 		return false;
 	*dup |= *has;
 	*has = true;
@@ -683,14 +265,14 @@ static bool take_field(struct span name, struct span v, const char *tag,
 	return true;
 }
 
-static enum us_status read_record(struct span rec, struct record *r,
+static enum us_status read_record(struct us_xml_span rec, struct record *r,
 				  struct us_err *err)
 {
-	struct span name, v;
+	struct us_xml_span name, v;
 	bool dup = false;
 
 	memset(r, 0, sizeof(*r));
-	while (next_child(&rec, &name, &v))
+	while (us_xml_next_child(&rec, &name, &v))
 		if (!take_field(name, v, "Key", &r->key, &r->has_key, &dup) &&
 		    !take_field(name, v, "Size", &r->size, &r->has_size, &dup) &&
 		    !take_field(name, v, "ETag", &r->etag, &r->has_etag, &dup))
@@ -704,7 +286,7 @@ static enum us_status read_record(struct span rec, struct record *r,
 }
 
 /* Why the key text @v is refused, with the key shown escaped. */
-static enum us_status bad_key(struct span v, struct us_err *err)
+static enum us_status bad_key(struct us_xml_span v, struct us_err *err)
 {
 	char *raw = us_xml_decode(v.p, (size_t)(v.end - v.p));
 	char shown[256];
@@ -722,7 +304,7 @@ static enum us_status bad_key(struct span v, struct us_err *err)
 			     shown);
 }
 
-static enum us_status parse_contents(struct span rec, struct us_list_page *pg,
+static enum us_status parse_contents(struct us_xml_span rec, struct us_list_page *pg,
 				     struct us_err *err)
 {
 	struct us_list_entry *e = &pg->e[pg->n];
@@ -759,7 +341,7 @@ static enum us_status parse_contents(struct span rec, struct us_list_page *pg,
 
 /* IsTruncated and NextContinuationToken, children of the root. */
 struct tail {
-	struct span trunc, token;
+	struct us_xml_span trunc, token;
 	bool has_trunc, has_token, dup;
 };
 
@@ -774,9 +356,9 @@ static enum us_status parse_page_tail(const struct tail *t,
 		return us_err_reason(err, US_E_FORMAT,
 				     "two <IsTruncated> or <NextContinuationToken>");
 	if (t->has_trunc) {
-		if (name_is(t->trunc, "true"))
+		if (us_xml_name_is(t->trunc, "true"))
 			pg->truncated = true;
-		else if (!name_is(t->trunc, "false"))
+		else if (!us_xml_name_is(t->trunc, "false"))
 			return us_err_reason(err, US_E_FORMAT,
 					     "<IsTruncated> is neither true nor false");
 	}
@@ -794,22 +376,22 @@ enum us_status us_s3_parse_list(const char *body, size_t len,
 				struct us_list_page *pg, size_t max_total,
 				struct us_err *err)
 {
-	struct span doc = { body, body + len }, name, root, v;
+	struct us_xml_span doc = { body, body + len }, name, root, v;
 	struct tail t = { 0 };
 	const char *why;
 
-	if (!xml_root(doc, &name, &root, &why))
+	if (!us_xml_root(doc, &name, &root, &why))
 		return us_err_reason(err, US_E_FORMAT,
 				     "the listing is not well-formed XML (%s)", why);
-	if (!name_is(name, "ListBucketResult"))
+	if (!us_xml_name_is(name, "ListBucketResult"))
 		return us_err_reason(err, US_E_FORMAT,
 				     "the listing is not a ListBucketResult document");
-	while (next_child(&root, &name, &v)) {
+	while (us_xml_next_child(&root, &name, &v)) {
 		if (take_field(name, v, "IsTruncated", &t.trunc, &t.has_trunc,
 			       &t.dup) ||
 		    take_field(name, v, "NextContinuationToken", &t.token,
 			       &t.has_token, &t.dup) ||
-		    !name_is(name, "Contents"))
+		    !us_xml_name_is(name, "Contents"))
 			continue;
 		if (pg->n >= max_total)
 			return us_err_reason(err, US_E_FORMAT,
@@ -833,15 +415,15 @@ void us_list_page_free(struct us_list_page *pg)
 
 /* The text of child @tag of @e into @dst, cut to fit and with any control
  * byte shown as '?': it goes into a message. */
-static void copy_text(struct span e, const char *tag, char *dst, size_t n)
+static void copy_text(struct us_xml_span e, const char *tag, char *dst, size_t n)
 {
-	struct span name, v;
+	struct us_xml_span name, v;
 
 	dst[0] = '\0';
-	while (next_child(&e, &name, &v)) {
+	while (us_xml_next_child(&e, &name, &v)) {
 		char *s;
 
-		if (!name_is(name, tag) || memchr(v.p, '<', (size_t)(v.end - v.p)))
+		if (!us_xml_name_is(name, tag) || memchr(v.p, '<', (size_t)(v.end - v.p)))
 			continue;
 		s = us_xml_decode(v.p, (size_t)(v.end - v.p) > 4096 ? 4096
 								 : (size_t)(v.end - v.p));
@@ -858,11 +440,11 @@ static void copy_text(struct span e, const char *tag, char *dst, size_t n)
 void us_s3_parse_error(const char *body, size_t len, char *code, size_t ncode,
 		       char *msg, size_t nmsg)
 {
-	struct span doc = { body, body + (body ? len : 0) }, name, e;
+	struct us_xml_span doc = { body, body + (body ? len : 0) }, name, e;
 	const char *why;
 
 	code[0] = msg[0] = '\0';
-	if (!body || !xml_root(doc, &name, &e, &why) || !name_is(name, "Error"))
+	if (!body || !us_xml_root(doc, &name, &e, &why) || !us_xml_name_is(name, "Error"))
 		return;
 	copy_text(e, "Code", code, ncode);
 	copy_text(e, "Message", msg, nmsg);

@@ -360,8 +360,8 @@ static void check_hostile_listings(void)
 	const char *rec = "<Size>1</Size><ETag>\"e\"</ETag>"
 			  "<LastModified>2024-01-01T00:00:00Z</LastModified></Contents>";
 	const char *bad[] = {
-		"<Contents><Key>p/a</Key><Size>1</Size><ETag>\"e\"&#13;&#10;X: 1</ETag>"
-		"<LastModified>2024-01-01T00:00:00Z</LastModified></Contents>",
+		("<Contents><Key>p/a</Key><Size>1</Size><ETag>\"e\"&#13;&#10;X: 1</ETag>"
+		 "<LastModified>2024-01-01T00:00:00Z</LastModified></Contents>"),
 		"<Contents><Key>p/a&#27;b</Key>%s",
 		"<Contents><Key>p/a&#127;</Key>%s",
 		"<Contents><Key>p/a\tb</Key>%s",
