@@ -30,6 +30,7 @@
 #include <fcntl.h>
 #include "../codec/le.h"
 #include "../codec/sha256.h"
+#include "../io.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -315,22 +316,6 @@ static int open_block(struct us_dcache *d, const char *name, size_t len,
 	return fd;
 }
 
-static bool read_at(int fd, void *buf, size_t len, off_t off)
-{
-	size_t got = 0;
-
-	while (got < len) {
-		ssize_t n = pread(fd, (char *)buf + got, len - got,
-				  off + (off_t)got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return false;
-		got += (size_t)n;
-	}
-	return true;
-}
-
 bool us_dcache_get(struct us_dcache *d, const char *name, char *buf,
 		   size_t len)
 {
@@ -341,7 +326,8 @@ bool us_dcache_get(struct us_dcache *d, const char *name, char *buf,
 
 	if (fd < 0)
 		return false;
-	ok = read_at(fd, h, HDR_LEN, 0) && read_at(fd, buf, len, HDR_LEN) &&
+	ok = us_pread_exact(fd, h, HDR_LEN, 0) == US_OK &&
+	     us_pread_exact(fd, buf, len, HDR_LEN) == US_OK &&
 	     header_ok(h, name, buf, len);
 	if (ok)
 		futimens(fd, NULL); /* recently used: evicted last */

@@ -57,6 +57,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             pass
         return True
 
+    def byte_range(self, size):
+        """The Range asked for, (first, last) with last cut to SIZE, or None."""
+        rng = self.headers.get("Range", "")
+        if not rng.startswith("bytes="):
+            return None
+        a, b = rng[6:].split("-")
+        return int(a), min(int(b), size - 1)
+
     # -- the plain object server
     def serve_object(self):
         srv = self.server.owner
@@ -65,10 +73,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if obj is None:
             return self.answer(404, b"<Error><Code>NoSuchKey</Code></Error>")
         data, extra = obj
-        rng = self.headers.get("Range")
-        if rng and rng.startswith("bytes="):
-            a, b = rng[6:].split("-")
-            a, b = int(a), min(int(b), len(data) - 1)
+        r = self.byte_range(len(data))
+        if r:
+            a, b = r
             return self.answer(206, data[a:b + 1], extra + [
                 ("Content-Range", "bytes %d-%d/%d" % (a, b, len(data)))])
         return self.answer(200, data, extra)
